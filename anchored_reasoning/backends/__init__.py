@@ -1,0 +1,70 @@
+"""Generation backends. The eval runner talks to any object that satisfies :class:`Backend`.
+
+Built-in names (resolved lazily, so optional extras are imported only when asked for):
+``hf`` (local transformers AR model), ``diffusion`` (our masked diffusion samplers),
+``openai`` (any OpenAI-compatible server), ``vllm`` (in-process vLLM).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.types import Completion, Prompt, SamplingSpec
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Generate ``spec.n`` completions for each prompt, in prompt order.
+
+    ``generate`` returns one list of ``spec.n`` :class:`Completion` per prompt. Stop strings
+    are cut from the returned text (the text ends before the stop string). ``describe``
+    returns a JSON-able dict that identifies the model and settings (it goes into the run's
+    config, so a resumed run can check it talks to the same thing).
+    """
+
+    name: str
+
+    def generate(self, prompts: list[Prompt], spec: SamplingSpec) -> list[list[Completion]]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+# name -> "module:factory"; factories take (model: str, **options) and return a Backend.
+_BACKENDS: dict[str, str] = {
+    "hf": "anchored_reasoning.backends.hf:HFBackend",
+    "diffusion": "anchored_reasoning.backends.diffusion:DiffusionBackend",
+    "openai": "anchored_reasoning.backends.openai_compat:OpenAIBackend",
+    "vllm": "anchored_reasoning.backends.vllm_backend:VLLMBackend",
+}
+
+
+def register_backend(name: str, target: str) -> None:
+    """Register a backend factory by import path ``"package.module:Factory"``."""
+    _BACKENDS[name] = target
+
+
+def list_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def get_backend(name: str, model: str, **options: Any) -> Backend:
+    """Build backend ``name`` for ``model`` (a path, a Hub id, an alias or a URL, by backend)."""
+    try:
+        target = _BACKENDS[name]
+    except KeyError:
+        raise ConfigError(f"unknown backend {name!r}; known: {', '.join(list_backends())}") from None
+    module_name, _, attr = target.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(model, **options)
+
+
+def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """Cut ``text`` before the earliest stop string. Returns (text, whether a stop was found)."""
+    cut = len(text)
+    for s in stop:
+        if s:
+            i = text.find(s)
+            if i != -1 and i < cut:
+                cut = i
+    return text[:cut], cut < len(text)

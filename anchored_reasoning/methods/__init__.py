@@ -1,0 +1,52 @@
+"""Methods: how an Example becomes a prompt (evaluation) and a training target (fine-tuning).
+
+Two styles share the registry:
+
+* ``instruct`` -- zero-shot prompting of an off-the-shelf (instruct) model with the task's
+  prompt templates (``prompts.<method>`` in the task YAML), e.g. ``nocot`` and ``cot``.
+* ``trained``  -- the plain-text format our fine-tuned checkpoints learn
+  (question, optional ``[BoA] [ANT]*k [EoA]`` / pause slots, ``[BoR] steps [EoR]``, answer).
+  Training and evaluation both call :meth:`Method.render`, so they never disagree.
+
+A checkpoint written by ``anchored-reasoning train`` carries ``anchored_reasoning.json``
+(method name and options); the runner reads it and renders prompts in the trained style.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from anchored_reasoning.errors import ConfigError
+
+# name -> "module:Class"; classes take **options (e.g. k=6 anchor slots).
+_METHODS: dict[str, str] = {
+    "nocot": "anchored_reasoning.methods.prompting:NoCoT",
+    "cot": "anchored_reasoning.methods.prompting:CoT",
+}
+
+
+def register_method(name: str, target: str) -> None:
+    _METHODS[name] = target
+
+
+def list_methods() -> list[str]:
+    _load_optional()
+    return sorted(_METHODS)
+
+
+def get_method(name: str, **options: Any):
+    _load_optional()
+    try:
+        target = _METHODS[name]
+    except KeyError:
+        raise ConfigError(f"unknown method {name!r}; known: {', '.join(sorted(_METHODS))}") from None
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)(**options)
+
+
+def _load_optional() -> None:
+    """Import modules that register more methods (the anchored training formats)."""
+    import importlib.util
+
+    if importlib.util.find_spec("anchored_reasoning.methods.anchored") is not None:
+        importlib.import_module("anchored_reasoning.methods.anchored")
