@@ -14,9 +14,25 @@ A checkpoint written by ``anchored-reasoning train`` carries ``anchored_reasonin
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from anchored_reasoning.errors import ConfigError
+
+
+@dataclass
+class Rendered:
+    """An example rendered for training in the ``trained`` style.
+
+    ``prompt`` is everything the model is given (no LM loss on it), ``target`` what it must
+    generate (LM loss). ``anchors`` are the anchor strings, in order, that the ``[ANT]`` slots
+    inside ``prompt`` are trained to predict (empty for methods without anchor supervision).
+    ``prompt + target`` is the full training text.
+    """
+
+    prompt: str
+    target: str
+    anchors: list[str] = field(default_factory=list)
 
 # name -> "module:Class"; classes take **options (e.g. k=6 anchor slots).
 _METHODS: dict[str, str] = {

@@ -1,0 +1,25 @@
+"""Training entry points. A recipe YAML names its trainer with ``trainer: <name>``; the
+``anchored-reasoning train`` command looks the name up here and calls ``run(recipe, overrides)``.
+
+Each ``run`` validates its own keys (an unknown key fails before training starts, naming the key)
+and returns the output directory of the trained checkpoint.
+"""
+from __future__ import annotations
+
+import importlib
+
+from anchored_reasoning.errors import ConfigError
+
+TRAINERS: dict[str, str] = {
+    "ar": "anchored_reasoning.train.ar:run",  # SFT / ACoT / pause / stepwise on causal LMs
+    "diffusion": "anchored_reasoning.train.diffusion:run",  # MDLM / ADLM pretraining and SFT
+}
+
+
+def get_trainer(name: str):
+    try:
+        target = TRAINERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown trainer {name!r} in recipe; known: {', '.join(sorted(TRAINERS))}") from None
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
