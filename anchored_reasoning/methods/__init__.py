@@ -50,14 +50,23 @@ def list_methods() -> list[str]:
     return sorted(_METHODS)
 
 
-def get_method(name: str, **options: Any):
+def get_method(name: str, style: str = "instruct", **options: Any):
+    """Build method ``name``. ``style="trained"`` picks the fine-tuned format (registered as
+    ``trained:<name>``, e.g. ``trained:cot``) where one exists; ``"instruct"`` the prompting one."""
     _load_optional()
+    if style not in ("instruct", "trained"):
+        raise ConfigError(f"unknown method style {style!r} for method {name!r}; use 'instruct' or 'trained'")
+    key = f"trained:{name}" if style == "trained" and f"trained:{name}" in _METHODS else name
     try:
-        target = _METHODS[name]
+        target = _METHODS[key]
     except KeyError:
         raise ConfigError(f"unknown method {name!r}; known: {', '.join(sorted(_METHODS))}") from None
     module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)(**options)
+    cls = getattr(importlib.import_module(module_name), attr)
+    try:
+        return cls(**options)
+    except TypeError as exc:  # an unknown or missing option: name it
+        raise ConfigError(f"method {name!r} ({style}): bad options {sorted(options)}: {exc}") from None
 
 
 def _load_optional() -> None:

@@ -1,0 +1,201 @@
+"""Anchor extraction: which tokens of a reasoning trace the ``[ANT]`` slots are trained to predict.
+
+Anchored Chain-of-Thought (ADLM paper, section on AR models; ``shared/PAPERS.md`` section 2)
+supervises each ``[ANT]`` slot with one *anchor*, an important token of the reasoning trace:
+
+* GSM8K: the ordered numbers of the trace, operators and punctuation removed, each number
+  once (``<<16-3-4=9>> <<9*2=18>>`` -> 16, 3, 4, 9, 2, 18).
+* ProntoQA / ProsQA: the ordered "valid nodes" of the reasoning path -- entity and concept
+  words, with "every", "is", "a", "not", ... removed and plurals made singular -- the first
+  six (``Tom, terpus, brimpus, lempus``).
+* Any other task with a trace: the per-sequence frequency rule of ADLM
+  (:func:`frequency_anchors`): a token is an anchor when it occurs at most ``tau`` times.
+
+An example without a trace (or whose trace holds no anchor) gets ``[]``, never an error:
+the trainer then puts no anchor loss on it.
+
+>>> from anchored_reasoning.types import Example
+>>> ex = Example(id="0", question="...", answer="18", steps=["<<16-3-4=9>>", "<<9*2=18>>"])
+>>> extract_anchors(ex, "gsm8k")
+['16', '3', '4', '9', '2', '18']
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Callable, Hashable, Iterable, Sequence, TypeVar
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.types import Example
+
+T = TypeVar("T", bound=Hashable)
+
+#: Words of the ProntoQA / ProsQA templates that are never reasoning-path nodes.
+LOGIC_STOPWORDS = frozenset(
+    """every each all is are a an not no the and or of true false if then so
+    also either neither nor what which who whether it its that this these those""".split()
+)
+
+# A number as written in a trace: optional sign glued to digits only when it cannot be an
+# operator (start of text or after another operator / bracket), thousands commas, decimals.
+_NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_ANNOTATION = re.compile(r"<<([^<>]*)>>")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+
+
+def _dedupe(items: Iterable[T]) -> list[T]:
+    seen: set[T] = set()
+    out: list[T] = []
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
+
+
+def _clean_number(text: str) -> str:
+    return text.replace(",", "")
+
+
+def numbers_in(text: str) -> list[str]:
+    """The numbers of ``text`` in order, as written (thousands commas removed, signs and
+    operators dropped): ``"16-3-4=9"`` -> ``["16", "3", "4", "9"]``."""
+    return [_clean_number(m.group(0)) for m in _NUMBER.finditer(text)]
+
+
+def gsm8k_anchors(steps: Sequence[str], max_anchors: int | None = None) -> list[str]:
+    """Ordered distinct numbers of a GSM8K trace.
+
+    Steps may be calculator annotations only (``"<<16-3-4=9>>"``, the augmented GSM8K of
+    iCoT/Coconut) or the original prose with annotations (``"Janet sells 16 - 3 - 4 =
+    <<16-3-4=9>>9 duck eggs"``). When a step carries annotations only their numbers count (the
+    prose repeats them); a step without annotations contributes the numbers of its text.
+    A final ``#### N`` line, if a loader left it in the steps, is ignored.
+    """
+    found: list[str] = []
+    for step in steps:
+        step = step.split("####", 1)[0]
+        annotations = _ANNOTATION.findall(step)
+        if annotations:
+            for expr in annotations:
+                found.extend(numbers_in(expr))
+        else:
+            found.extend(numbers_in(step))
+    anchors = _dedupe(found)
+    return anchors[:max_anchors] if max_anchors is not None else anchors
+
+
+def singular(word: str) -> str:
+    """Singular of a ProntoQA/ProsQA concept word: ``zumpuses`` -> ``zumpus``, ``cats`` -> ``cat``."""
+    lower = word.lower()
+    if lower.endswith("uses"):
+        return word[:-2]
+    if lower.endswith(("ches", "shes", "xes", "sses", "zes")):
+        return word[:-2]
+    if lower.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if lower.endswith("s") and not lower.endswith(("ss", "us", "is")) and len(word) > 3:
+        return word[:-1]
+    return word
+
+
+def logic_nodes(steps: Sequence[str]) -> list[str]:
+    """Ordered distinct nodes (entities, concepts, properties) of a ProntoQA/ProsQA trace.
+
+    Entities keep their capital (``Tom``); concepts are lower-cased and singular (``terpus``).
+    """
+    found: list[str] = []
+    for step in steps:
+        for sentence in re.split(r"(?<=[.!?])\s+", step):
+            words = _WORD.findall(sentence)
+            for i, word in enumerate(words):
+                if word.lower() in LOGIC_STOPWORDS:
+                    continue
+                # An entity is capitalised; a sentence-initial capital is an entity only when a
+                # singular "is" follows ("Zumpuses are gorpuses." starts with a plural concept).
+                nxt = words[i + 1].lower() if i + 1 < len(words) else ""
+                if word[0].isupper() and (i > 0 or nxt == "is"):
+                    found.append(word)
+                else:
+                    found.append(singular(word).lower())
+    return _dedupe(found)
+
+
+def logic_anchors(steps: Sequence[str], max_anchors: int | None = 6) -> list[str]:
+    """The first ``max_anchors`` valid nodes of a ProntoQA/ProsQA reasoning path."""
+    nodes = logic_nodes(steps)
+    return nodes[:max_anchors] if max_anchors is not None else nodes
+
+
+def frequency_anchors(tokens: Sequence[T], tau: int = 5) -> list[T]:
+    """ADLM's per-sequence rule: the distinct tokens occurring at most ``tau`` times in
+    ``tokens``, in order of first occurrence. ``tau`` must be >= 1."""
+    if tau < 1:
+        raise ConfigError(f"frequency_anchors: tau must be >= 1, got {tau}")
+    counts = Counter(tokens)
+    return _dedupe(t for t in tokens if counts[t] <= tau)
+
+
+def frequency_anchor_mask(tokens: Sequence[T], tau: int = 5) -> list[bool]:
+    """Per position: True when that position's token occurs at most ``tau`` times in ``tokens``
+    (ADLM marks every such position as an anchor position)."""
+    if tau < 1:
+        raise ConfigError(f"frequency_anchor_mask: tau must be >= 1, got {tau}")
+    counts = Counter(tokens)
+    return [counts[t] <= tau for t in tokens]
+
+
+def generic_anchors(steps: Sequence[str], max_anchors: int | None = None, tau: int = 5) -> list[str]:
+    """Anchors for a task without its own extractor: the words and numbers of the trace kept
+    by :func:`frequency_anchors` (case-folded counting, first spelling kept)."""
+    words = re.findall(r"[A-Za-z]+|\d+(?:\.\d+)?", " ".join(steps))
+    if not words:
+        return []
+    keep = set(frequency_anchors([w.lower() for w in words], tau=tau))
+    out = _dedupe(w for w in words if w.lower() in keep)
+    lowered = _dedupe(w.lower() for w in out)
+    firsts = {w.lower(): w for w in reversed(out)}
+    anchors = [firsts[w] for w in lowered]
+    return anchors[:max_anchors] if max_anchors is not None else anchors
+
+
+Extractor = Callable[[Example, "int | None"], list[str]]
+
+# task name -> (extractor, default max anchors)
+_EXTRACTORS: dict[str, tuple[Extractor, int | None]] = {}
+
+
+def register_anchor_extractor(task_name: str, fn: Extractor, default_max: int | None = None) -> None:
+    """Register ``fn(example, max_anchors) -> list[str]`` as the anchor extractor of ``task_name``."""
+    _EXTRACTORS[task_name] = (fn, default_max)
+
+
+def _task_name(task: object) -> str | None:
+    if task is None or isinstance(task, str):
+        return task
+    return getattr(task, "name", None)
+
+
+register_anchor_extractor("gsm8k", lambda ex, m: gsm8k_anchors(ex.steps, m), None)
+register_anchor_extractor("prontoqa", lambda ex, m: logic_anchors(ex.steps, m), 6)
+register_anchor_extractor("prosqa", lambda ex, m: logic_anchors(ex.steps, m), 6)
+
+_UNSET = object()
+
+
+def extract_anchors(example: Example, task_name: object = None, max_anchors: "int | None | object" = _UNSET) -> list[str]:
+    """The anchors of ``example`` for ``task_name`` (a name or a Task object), in order.
+
+    ``max_anchors`` defaults to the task's own (6 for ProntoQA/ProsQA, all for GSM8K);
+    pass ``None`` for all. Tasks without an extractor use the frequency rule on the trace.
+    An example with no steps, or no anchor in its steps, gives ``[]``.
+    """
+    name = _task_name(task_name)
+    steps = [s for s in (example.steps or []) if isinstance(s, str) and s.strip()]
+    if not steps:
+        return []
+    fn, default_max = _EXTRACTORS.get(name or "", (None, None))
+    limit = default_max if max_anchors is _UNSET else max_anchors
+    if fn is None:
+        return generic_anchors(steps, limit)  # type: ignore[arg-type]
+    return fn(Example(id=example.id, question=example.question, answer=example.answer, steps=steps), limit)  # type: ignore[arg-type]

@@ -1,0 +1,299 @@
+"""The ``trained`` methods: the plain-text formats our fine-tuned checkpoints learn.
+
+One render path serves training and evaluation: :meth:`TrainedMethod.render` gives
+``Rendered(prompt, target, anchors)`` and :meth:`TrainedMethod.prompt` returns exactly
+``Prompt(render(...).prompt)``. The layout (``shared/PAPERS.md`` section 2)::
+
+    prompt = question "\\n" [slots] ["[BoR]"]
+    target = [remaining steps joined by "\\n"  "[EoR]" "\\n"] answer line      (+ EOS by the trainer)
+
+    nocot     slots = none, no [BoR]; target = answer line
+    cot       slots = none;           target = all steps [EoR] answer line
+    pause     slots = "[PAUSE]" x n   (no anchor loss)
+    acot      slots = "[BoA]" "[ANT]" x n "[EoA]"; Rendered.anchors = first n anchors
+    stepwise  slots = none; stage s removes s leading steps (iCoT / Coconut)
+
+Curriculum (``stage`` / :meth:`with_stage`): at stage ``s`` pause/acot have ``n = min(s, k)``
+slots (stage 0 is plain CoT, no anchor block) and ``min(s * remove_steps_per_stage, #steps)``
+leading steps are removed. When steps are removed (``remove_steps_per_stage > 0``) and
+``final_stage_removes_all`` is on, one more stage after the last slot stage removes every
+step, so the model ends up emitting ``[EoR]`` and the answer only (Coconut's last stage).
+A method built without ``stage`` sits at its final stage, the one evaluation uses.
+
+Answer lines are what the task graders read: GSM8K ``#### 18``, ProsQA ``### Tom is a
+lempus.``, ProntoQA ``### True``, any other task ``### <answer>``.
+
+>>> from anchored_reasoning.methods import get_method
+>>> acot = get_method("acot", style="trained", k=2)
+>>> [acot.with_stage(s).render(ex, "gsm8k") for s in range(acot.num_stages)]  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from anchored_reasoning.anchors import extract_anchors
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.methods import Rendered, register_method
+from anchored_reasoning.types import Example, Prompt
+
+log = logging.getLogger(__name__)
+
+BOA, ANT, EOA, BOR, EOR, PAUSE = "[BoA]", "[ANT]", "[EoA]", "[BoR]", "[EoR]", "[PAUSE]"
+#: Tokens every trained-style checkpoint has in its vocabulary (added once, embeddings resized).
+SPECIAL_TOKENS = [BOA, ANT, EOA, BOR, EOR, PAUSE]
+
+GSM8K_ANSWER_PREFIX = "#### "
+ANSWER_PREFIX = "### "
+
+
+def add_special_tokens(tokenizer: Any, model: Any = None) -> int:
+    """Add :data:`SPECIAL_TOKENS` to ``tokenizer`` (as special tokens, never split) unless they are
+    there already, and resize ``model``'s input/output embeddings to the tokenizer's length when
+    they are too small. Idempotent. Returns how many tokens were added (0 the second time)."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    added = int(tokenizer.add_tokens(missing, special_tokens=True)) if missing else 0
+    if model is not None:
+        size = model.get_input_embeddings().weight.shape[0]
+        if size < len(tokenizer):
+            model.resize_token_embeddings(len(tokenizer))
+            log.info("resized embeddings %d -> %d for %d special tokens", size, len(tokenizer), added)
+    return added
+
+
+# ---------------------------------------------------------------------------------------------
+# task helpers
+
+def task_name_of(task: Any, example: Example | None = None) -> str | None:
+    """The task name from a name, a Task object (``.name``) or, when ``task`` is None, a guess
+    from the example's shape (ProsQA graph fields, a True/False answer, a numeric answer)."""
+    if isinstance(task, str):
+        return task
+    if task is not None:
+        name = getattr(task, "name", None)
+        if isinstance(name, str):
+            return name
+    if example is None:
+        return None
+    meta = example.meta or {}
+    if meta.get("task"):
+        return str(meta["task"])
+    if "idx_to_symbol" in meta or "edges" in meta or re.search(r"\bIs \w+ an? \w+ or \w+\?\s*$", example.question or ""):
+        return "prosqa"
+    if str(example.answer).strip() in ("True", "False") and "True or false" in (example.question or ""):
+        return "prontoqa"
+    if re.fullmatch(r"-?[\d,]+(\.\d+)?", str(example.answer).strip()):
+        return "gsm8k"
+    return None
+
+
+def prosqa_answer_sentence(example: Example) -> str:
+    """ProsQA's answer as the sentence of the real files (``"Tom is a lempus."``), whether the
+    example stores the sentence or only the concept."""
+    meta = example.meta or {}
+    for key in ("answer_sentence", "answer_text", "raw_answer"):
+        if isinstance(meta.get(key), str) and meta[key].strip():
+            return meta[key].strip()
+    answer = str(example.answer).strip()
+    if " is " in answer:
+        return answer if answer.endswith(".") else answer + "."
+    match = re.search(r"\bIs (\w+) an? ", example.question or "")
+    entity = match.group(1) if match else None
+    if entity is None and isinstance(meta.get("idx_to_symbol"), list) and isinstance(meta.get("root"), int):
+        entity = meta["idx_to_symbol"][meta["root"]]
+    if entity is None:
+        raise ConfigError(
+            f"example {example.id}: cannot build the ProsQA answer sentence from answer {answer!r}; "
+            "the question should end with 'Is <entity> a <concept> or <concept>?'"
+        )
+    return f"{entity} is a {answer}."
+
+
+def answer_line(example: Example, task: Any = None) -> str:
+    """The final line of a trained-style target, in the form the task's grader reads."""
+    name = task_name_of(task, example)
+    answer = str(example.answer).strip()
+    if name == "gsm8k":
+        return GSM8K_ANSWER_PREFIX + answer
+    if name == "prosqa":
+        return ANSWER_PREFIX + prosqa_answer_sentence(example)
+    return ANSWER_PREFIX + answer
+
+
+# ---------------------------------------------------------------------------------------------
+# methods
+
+@dataclass
+class TrainedMethod:
+    """Shared render path and curriculum of the trained-style methods (see the module docstring).
+
+    Options (all JSON-able, written into a checkpoint's ``anchored_reasoning.json``):
+    ``k`` slots at the last stage, ``remove_steps_per_stage`` leading steps removed per stage,
+    ``final_stage_removes_all`` (an extra last stage without any step when steps are removed),
+    ``stage`` (None = the final stage).
+    """
+
+    name: ClassVar[str] = "trained"
+    reasons: ClassVar[bool] = True  # prompt ends with [BoR], target holds steps + [EoR]
+    slot_kind: ClassVar[str | None] = None  # "ant", "pause" or None
+    anchored: ClassVar[bool] = False  # Rendered.anchors filled (anchor loss at [ANT])
+    style: ClassVar[str] = "trained"
+
+    k: int = 0
+    remove_steps_per_stage: int = 0
+    final_stage_removes_all: bool = True
+    stage: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("k", "remove_steps_per_stage"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"method {self.name}: option {key} must be an integer >= 0, got {value!r}")
+        if self.stage is None:
+            self.stage = self.num_stages - 1
+        if not isinstance(self.stage, int) or not 0 <= self.stage < self.num_stages:
+            raise ConfigError(
+                f"method {self.name}: stage {self.stage!r} out of range 0..{self.num_stages - 1} "
+                f"(k={self.k}, remove_steps_per_stage={self.remove_steps_per_stage})"
+            )
+
+    @property
+    def stop(self) -> list[str]:
+        """Stop strings for generation: none, trained checkpoints end with EOS."""
+        return []
+
+    # -- curriculum ------------------------------------------------------------------------
+    def _slot_stages(self) -> int:
+        """Number of stages after stage 0 during which slots grow / steps are removed."""
+        return self.k
+
+    @property
+    def num_stages(self) -> int:
+        n = self._slot_stages() + 1
+        if self.remove_steps_per_stage > 0 and self.final_stage_removes_all:
+            n += 1
+        return n
+
+    def with_stage(self, stage: int) -> "TrainedMethod":
+        """A copy of this method at curriculum ``stage`` (clamped to the last stage)."""
+        if stage < 0:
+            raise ConfigError(f"method {self.name}: stage must be >= 0, got {stage}")
+        return dataclasses.replace(self, stage=min(int(stage), self.num_stages - 1))
+
+    def num_slots(self, stage: int | None = None) -> int:
+        s = self.stage if stage is None else stage
+        return min(s, self.k) if self.slot_kind else 0
+
+    def num_removed(self, n_steps: int, stage: int | None = None) -> int:
+        s = self.stage if stage is None else stage
+        if self.remove_steps_per_stage <= 0:
+            return 0
+        if self.final_stage_removes_all and s >= self.num_stages - 1 and s > self._slot_stages():
+            return n_steps
+        return min(s * self.remove_steps_per_stage, n_steps)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Constructor options, JSON-able: ``get_method(name, style="trained", **options)`` rebuilds it."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    # -- rendering -------------------------------------------------------------------------
+    def slots(self, n: int) -> str:
+        if n <= 0 or self.slot_kind is None:
+            return ""
+        if self.slot_kind == "ant":
+            return BOA + ANT * n + EOA
+        return PAUSE * n
+
+    def render(self, example: Example, task: Any = None) -> Rendered:
+        """Training view of ``example`` at the current stage: prompt (no LM loss), target
+        (LM loss; the trainer appends EOS) and the anchors of the ``[ANT]`` slots."""
+        name = task_name_of(task, example)
+        question = (example.question or "").strip()
+        steps = [s.strip() for s in (example.steps or []) if isinstance(s, str) and s.strip()]
+        n_slots = self.num_slots()
+        prompt = question + "\n" + self.slots(n_slots)
+        final = answer_line(example, name)
+        if self.reasons:
+            prompt += BOR
+            kept = steps[self.num_removed(len(steps)):]
+            target = "\n".join(kept) + EOR + "\n" + final
+        else:
+            target = final
+        anchors: list[str] = []
+        if self.anchored and n_slots > 0:
+            anchors = extract_anchors(example, name)[:n_slots]
+        return Rendered(prompt=prompt, target=target, anchors=anchors)
+
+    def prompt(self, example: Example, task: Any = None) -> Prompt:
+        """Evaluation prompt: the same text as ``render(example, task).prompt``."""
+        return Prompt(text=self.render(example, task).prompt)
+
+
+@dataclass
+class TrainedNoCoT(TrainedMethod):
+    """Question -> answer line, no reasoning."""
+
+    name: ClassVar[str] = "nocot"
+    reasons: ClassVar[bool] = False
+
+
+@dataclass
+class TrainedCoT(TrainedMethod):
+    """Question [BoR] -> all steps [EoR] answer line."""
+
+    name: ClassVar[str] = "cot"
+
+
+@dataclass
+class Pause(TrainedMethod):
+    """CoT with ``[PAUSE]`` slots in the prompt and no anchor loss (Goyal et al. pause tokens):
+    the control that tells extra slots apart from anchor supervision."""
+
+    name: ClassVar[str] = "pause"
+    slot_kind: ClassVar[str | None] = "pause"
+    k: int = 6
+
+
+@dataclass
+class ACoT(TrainedMethod):
+    """Anchored CoT: ``[BoA] [ANT] x n [EoA]`` in the prompt, each ``[ANT]`` trained to predict
+    the next anchor, never decoded. ``remove_steps_per_stage=1`` gives the ProsQA schedule."""
+
+    name: ClassVar[str] = "acot"
+    slot_kind: ClassVar[str | None] = "ant"
+    anchored: ClassVar[bool] = True
+    k: int = 6
+
+
+@dataclass
+class Stepwise(TrainedMethod):
+    """Stepwise internalisation (iCoT / Coconut without latents): stage ``s`` removes
+    ``s * remove_steps_per_stage`` leading steps; ``stages`` removal stages, then (by default)
+    a last stage without any step."""
+
+    name: ClassVar[str] = "stepwise"
+    remove_steps_per_stage: int = 1
+    stages: int = 6
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stages, int) or isinstance(self.stages, bool) or self.stages < 0:
+            raise ConfigError(f"method stepwise: option stages must be an integer >= 0, got {self.stages!r}")
+        super().__post_init__()
+
+    def _slot_stages(self) -> int:
+        return self.stages
+
+
+TRAINED_METHODS: dict[str, type[TrainedMethod]] = {
+    cls.name: cls for cls in (TrainedNoCoT, TrainedCoT, Pause, ACoT, Stepwise)
+}
+
+for _name, _cls in TRAINED_METHODS.items():
+    register_method(f"trained:{_name}", f"{__name__}:{_cls.__name__}")
+for _name in ("pause", "acot", "stepwise"):  # trained-only: the plain name works too
+    register_method(_name, f"{__name__}:{TRAINED_METHODS[_name].__name__}")
