@@ -1,0 +1,179 @@
+"""AnchoredSFTTrainer: TRL's SFTTrainer with the Anchored-CoT loss (PAPERS.md section 2).
+
+    loss = LM loss on the target tokens  +  gamma * cross-entropy of the hidden state at each [ANT]
+           slot (through the LM head) against the slot's anchor token
+
+Only ``compute_loss`` is overridden. Both terms come out of ONE forward through TRL's fused LM head
+(``fused_lm_head=True`` with pre-shifted ``shift_labels``): the LM targets are the labels shifted by one,
+and at an [ANT] position (always followed by another prompt token, so it carries no LM target) the
+anchor token is written in instead. One pass scores both, so ACoT costs what plain SFT costs.
+
+With ``gamma = 0`` or a batch without anchors it reduces exactly to completion-only SFT, which is how
+the baselines (nocot, cot, pause, stepwise) train with the same class.
+
+Pinned to trl 1.16 (pyproject): the fused-head keyword and ``self._metrics`` are TRL internals;
+``tests/test_acot_trainer.py`` fails if TRL stops routing the loss through this override.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from trl import SFTConfig, SFTTrainer
+
+from anchored_reasoning.train.collate import IGNORE
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AnchoredSFTConfig(SFTConfig):
+    """SFTConfig plus the anchored-training fields. Defaults fit small models on CPU: fp32, no gradient
+    checkpointing, the dataset is rendered on the fly by our collator (no TRL preparation)."""
+
+    gamma: float = field(default=1.0, metadata={"help": "weight of the anchor cross-entropy at [ANT] slots"})
+    num_anchor_slots: int = field(default=6, metadata={"help": "k, the number of [ANT] slots of the acot method"})
+    ant_token: str = field(default="[ANT]", metadata={"help": "the anchor slot token"})
+
+    # curriculum (anchored_reasoning/train/curriculum.py)
+    curriculum: bool = field(default=False, metadata={"help": "move through the method's stages during training"})
+    curriculum_schedule: str = field(
+        default="epochs", metadata={"help": "'epochs': a stage every epochs_per_stage epochs; 'fraction': by progress"}
+    )
+    epochs_per_stage: float = field(default=5.0, metadata={"help": "epochs per curriculum stage (schedule 'epochs')"})
+    stage_fraction: float | None = field(
+        default=None,
+        metadata={"help": "share of training per non-final stage (schedule 'fraction'); default: half the run for the curriculum"},
+    )
+    num_stages: int | None = field(default=None, metadata={"help": "stages to use (default: the method's num_stages)"})
+    reset_optimizer_on_stage: bool = field(default=True, metadata={"help": "clear optimizer state at each stage switch (Coconut)"})
+    max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this many seconds"})
+
+    # validation by generation (greedy), best checkpoint
+    generation_eval: bool = field(default=False, metadata={"help": "greedy-generate and grade the validation split"})
+    generation_eval_every_stage: bool = field(default=True, metadata={"help": "evaluate at the end of every stage"})
+    generation_eval_steps: int | None = field(default=None, metadata={"help": "also evaluate every N steps"})
+    generation_eval_samples: int = field(default=100, metadata={"help": "validation examples per evaluation"})
+    generation_max_new_tokens: int = field(default=128, metadata={"help": "max new tokens when evaluating"})
+    generation_batch_size: int = field(default=32, metadata={"help": "batch size of the evaluation generate"})
+    keep_best: bool = field(default=True, metadata={"help": "restore the best validated weights at the end"})
+    best_from_stage: int | None = field(
+        default=None, metadata={"help": "earliest stage whose evaluations may be 'best' (default: the final stage)"}
+    )
+
+    # defaults that differ from SFTConfig
+    gradient_checkpointing: bool = False
+    bf16: bool | None = False
+    remove_unused_columns: bool = False
+    dataset_kwargs: dict | str | None = field(default_factory=lambda: {"skip_prepare_dataset": True})
+    report_to: str | list[str] | None = "none"
+    save_strategy: str = "no"
+    logging_steps: float = 10
+    learning_rate: float = 1e-4
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.curriculum_schedule not in ("epochs", "fraction"):
+            from anchored_reasoning.errors import ConfigError
+
+            raise ConfigError(f"curriculum_schedule must be 'epochs' or 'fraction', got {self.curriculum_schedule!r}")
+
+
+class AnchoredSFTTrainer(SFTTrainer):
+    """SFTTrainer whose ``compute_loss`` adds gamma x anchor cross-entropy at the [ANT] slots.
+
+    Batches come from :class:`~anchored_reasoning.train.collate.AnchoredCollator` (``labels`` for the LM
+    loss, ``anchor_labels`` for the anchor loss, ``anchor_slots`` / ``anchor_targets`` counts per row).
+    Logged separately: ``lm_loss``, ``anchor_loss``, ``anchor_accuracy`` and the running counts
+    ``examples_fewer_anchors`` / ``examples_no_anchors`` (examples that trained with fewer / no anchor
+    labels than [ANT] slots).
+    """
+
+    _name = "AnchoredSFT"
+    _tag_names = ["trl", "sft", "anchored-cot"]
+    # The loss is a per-batch mean; Trainer divides it by the accumulation steps itself.
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.model_accepts_loss_kwargs = False
+        self.compute_loss_calls = 0
+        self.examples_fewer_anchors = 0
+        self.examples_no_anchors = 0
+
+    @property
+    def gamma(self) -> float:
+        return float(getattr(self.args, "gamma", 1.0))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.compute_loss_calls += 1
+        mode = "train" if self.model.training else "eval"
+        labels = inputs.pop("labels")
+        anchor_labels = inputs.pop("anchor_labels", None)
+        slots = inputs.pop("anchor_slots", None)
+        targets = inputs.pop("anchor_targets", None)
+
+        # Pre-shifted targets: position p predicts token p+1 (LM) or, at an [ANT] slot, its anchor.
+        lm_targets = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=IGNORE)
+        lm_mask = lm_targets != IGNORE
+        if anchor_labels is None:
+            anchor_mask = torch.zeros_like(lm_mask)
+            merged = lm_targets
+        else:
+            anchor_mask = anchor_labels != IGNORE
+            if bool((anchor_mask & lm_mask).any()):
+                raise ValueError("an [ANT] position also carries an LM target; the collator should have rejected it")
+            merged = torch.where(anchor_mask, anchor_labels, lm_targets)
+
+        inputs["use_cache"] = False
+        outputs = model(**inputs, shift_labels=merged, fused_lm_head=True)
+        log_probs = outputs.log_probs
+        lm_sum = -(log_probs * lm_mask).sum()
+        anchor_sum = -(log_probs * anchor_mask).sum()
+        n_lm = lm_mask.sum()
+        n_anchor = anchor_mask.sum()
+        lm_loss = lm_sum / n_lm.clamp(min=1)
+        anchor_loss = anchor_sum / n_anchor.clamp(min=1)
+        loss = lm_loss + self.gamma * anchor_loss
+
+        # Metrics, summed over processes so that a DDP run logs the same numbers as one process.
+        with torch.no_grad():
+            gather = self.accelerator.gather  # not gather_for_metrics: rows are per-process sums
+            top1 = outputs.is_top1
+            stats = torch.stack(
+                [
+                    lm_sum.detach(),
+                    n_lm.to(lm_sum.dtype),
+                    anchor_sum.detach(),
+                    n_anchor.to(lm_sum.dtype),
+                    (top1 * anchor_mask).sum().to(lm_sum.dtype),
+                    (top1 * lm_mask).sum().to(lm_sum.dtype),
+                    (outputs.entropy * lm_mask).sum().detach() if outputs.entropy is not None else lm_sum.new_zeros(()),
+                    inputs["attention_mask"].sum().to(lm_sum.dtype) if "attention_mask" in inputs else lm_sum.new_zeros(()),
+                ]
+            )
+            stats = gather(stats.unsqueeze(0)).sum(0).tolist()
+            g_lm, g_nlm, g_anchor, g_nanchor, g_acorrect, g_lcorrect, g_entropy, g_tokens = stats
+            metrics = self._metrics[mode]
+            metrics["lm_loss"].append(g_lm / max(g_nlm, 1.0))
+            metrics["mean_token_accuracy"].append(g_lcorrect / max(g_nlm, 1.0))
+            metrics["entropy"].append(g_entropy / max(g_nlm, 1.0))
+            if g_nanchor > 0:
+                metrics["anchor_loss"].append(g_anchor / g_nanchor)
+                metrics["anchor_accuracy"].append(g_acorrect / g_nanchor)
+            if slots is not None and targets is not None:
+                counts = torch.stack([((slots > 0) & (targets < slots)).sum(), ((slots > 0) & (targets == 0)).sum()])
+                fewer, none = gather(counts.unsqueeze(0)).sum(0).tolist()
+                if mode == "train":
+                    self.examples_fewer_anchors += int(fewer)
+                    self.examples_no_anchors += int(none)
+                metrics["examples_fewer_anchors"] = [float(self.examples_fewer_anchors)]
+                metrics["examples_no_anchors"] = [float(self.examples_no_anchors)]
+            if mode == "train":
+                self._total_train_tokens += int(g_tokens)
+            metrics["num_tokens"] = [float(self._total_train_tokens)]
+
+        if return_outputs:
+            return loss, outputs
+        return loss
