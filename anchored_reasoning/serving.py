@@ -1,0 +1,254 @@
+"""Start an OpenAI-compatible model server (``vllm serve`` or ``transformers serve``) and wait until it answers.
+
+>>> from anchored_reasoning.serving import serve_model
+>>> with serve_model("/path/to/checkpoint", engine="transformers") as server:   # doctest: +SKIP
+...     print(server.base_url)                        # http://127.0.0.1:PORT/v1
+...     # point the ``openai`` backend at server.base_url, model=server.model
+
+The server runs in its own process group; leaving the ``with`` block (or :meth:`ServerHandle.stop`)
+terminates the whole group, and kills it if it does not exit within a grace period, so no
+process is left behind. Its output goes to a log file whose tail is shown when start-up fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from anchored_reasoning.errors import BackendError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("auto", "vllm", "transformers")
+
+
+@dataclass
+class ServeConfig:
+    """How to start a server. ``extra_args`` are appended to the engine's own command line."""
+
+    model: str
+    engine: str = "auto"
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port
+    device: str | None = None  # transformers serve --device (e.g. cpu, cuda:0)
+    dtype: str | None = None
+    tensor_parallel_size: int = 1  # vllm serve
+    data_parallel_size: int = 1  # vllm serve
+    gpu_memory_utilization: float | None = None  # vllm serve
+    max_model_len: int | None = None  # vllm serve
+    seed: int | None = None
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout: float = 600.0
+    log_file: str | None = None
+
+
+def resolve_engine(engine: str) -> str:
+    """``auto`` -> ``vllm`` where the ``vllm`` command is installed, else ``transformers``."""
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "auto":
+        return "vllm" if shutil.which("vllm") else "transformers"
+    return engine
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def resolve_model_path(model: str) -> str:
+    """Aliases (e.g. ``smollm2-135m``) become local checkpoint paths; anything else is returned as is."""
+    try:
+        from anchored_reasoning.models.zoo import resolve_model
+    except ImportError:  # the alias table is optional for serving
+        return model
+    return str(resolve_model(model))
+
+
+def build_command(cfg: ServeConfig, port: int) -> list[str]:
+    """The command line that starts the server for ``cfg`` on ``port``."""
+    engine = resolve_engine(cfg.engine)
+    if engine == "vllm":
+        exe = shutil.which("vllm")
+        if exe is None:
+            raise BackendError(
+                "the `vllm` command is not installed; install it with `pip install 'anchored-reasoning[vllm]'` "
+                "(needs a CUDA GPU), or use `--engine transformers` on a CPU machine"
+            )
+        cmd = [exe, "serve", cfg.model, "--host", cfg.host, "--port", str(port)]
+        if cfg.tensor_parallel_size != 1:
+            cmd += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
+        if cfg.data_parallel_size != 1:
+            cmd += ["--data-parallel-size", str(cfg.data_parallel_size)]
+        if cfg.gpu_memory_utilization is not None:
+            cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+        if cfg.max_model_len is not None:
+            cmd += ["--max-model-len", str(cfg.max_model_len)]
+        if cfg.dtype:
+            cmd += ["--dtype", cfg.dtype]
+        if cfg.seed is not None:
+            cmd += ["--seed", str(cfg.seed)]
+    else:
+        # The same interpreter as ours, so the server sees the same transformers/torch.
+        cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", cfg.model,
+               "--host", cfg.host, "--port", str(port), "--log-level", "warning"]
+        if cfg.device:
+            cmd += ["--device", cfg.device]
+        if cfg.dtype:
+            cmd += ["--dtype", cfg.dtype]
+        if cfg.seed is not None:
+            cmd += ["--default-seed", str(cfg.seed)]
+        if cfg.tensor_parallel_size != 1 or cfg.data_parallel_size != 1:
+            raise ConfigError("tensor/data parallel serving needs --engine vllm")
+    return cmd + list(cfg.extra_args)
+
+
+class ServerHandle:
+    """A running server process. ``base_url`` is what the ``openai`` backend takes."""
+
+    def __init__(self, cfg: ServeConfig, engine: str, port: int, process: subprocess.Popen, log_path: Path):
+        self.cfg = cfg
+        self.engine = engine
+        self.model = cfg.model
+        self.host = cfg.host
+        self.port = port
+        self.process = process
+        self.log_path = log_path
+
+    @property
+    def root_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.root_url + "/v1"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """Whether ``GET /health`` answers 200 (both engines answer it once the model is loaded)."""
+        try:
+            with urllib.request.urlopen(self.root_url + "/health", timeout=timeout) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def wait_healthy(self, timeout: float | None = None) -> None:
+        """Block until the server is healthy; raise BackendError with the log tail if it exits or times out."""
+        timeout = self.cfg.startup_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        delay = 0.2
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise BackendError(
+                    f"{self.engine} server for {self.model} exited with code {self.process.returncode} during start-up "
+                    f"(log {self.log_path}):\n{self.log_tail()}"
+                )
+            if self.healthy():
+                return
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+        self.stop()
+        raise BackendError(
+            f"{self.engine} server for {self.model} was not healthy at {self.root_url}/health after {timeout:g} s "
+            f"(raise --startup-timeout for large models; log {self.log_path}):\n{self.log_tail()}"
+        )
+
+    def _signal_group(self, sig: int) -> bool:
+        try:
+            os.killpg(self.process.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (what a crash looks like to clients)."""
+        self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after ``grace`` seconds."""
+        if self.alive():
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                logger.warning("%s server (pid %d) ignored SIGTERM for %g s; killing it", self.engine, self.pid, grace)
+        # Children (e.g. vLLM engine workers) may outlive the leader: kill what remains of the group.
+        self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+    def __repr__(self) -> str:
+        return f"ServerHandle(engine={self.engine!r}, model={self.model!r}, base_url={self.base_url!r}, pid={self.pid})"
+
+
+def start_server(cfg: ServeConfig) -> ServerHandle:
+    """Start the server for ``cfg`` in its own process group and wait until it is healthy."""
+    engine = resolve_engine(cfg.engine)
+    port = cfg.port or free_port(cfg.host)
+    cmd = build_command(cfg, port)
+    if cfg.log_file:
+        log_path = Path(cfg.log_file)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        fd, name = tempfile.mkstemp(prefix=f"anchored-reasoning-{engine}-serve-", suffix=".log")
+        os.close(fd)
+        log_path = Path(name)
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_DISABLE_UPDATE_CHECK", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.update(cfg.env)
+    logger.info("starting %s server: %s (log %s)", engine, " ".join(cmd), log_path)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    handle = ServerHandle(cfg, engine, port, process, log_path)
+    try:
+        handle.wait_healthy()
+    except BaseException:
+        handle.stop(grace=5.0)
+        raise
+    logger.info("%s server healthy at %s (pid %d)", engine, handle.base_url, handle.pid)
+    return handle
+
+
+@contextlib.contextmanager
+def serve_model(model: str, *, engine: str = "auto", host: str = "127.0.0.1", port: int | None = None,
+                extra_args: Sequence[str] = (), **options) -> Iterator[ServerHandle]:
+    """Start a server for ``model`` (see :class:`ServeConfig` for ``options``), yield its handle, stop it on exit."""
+    cfg = ServeConfig(model=model, engine=engine, host=host, port=port, extra_args=list(extra_args), **options)
+    handle = start_server(cfg)
+    try:
+        yield handle
+    finally:
+        handle.stop()
