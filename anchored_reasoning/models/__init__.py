@@ -1,0 +1,26 @@
+"""Diffusion language models as transformers ``PreTrainedModel`` classes.
+
+Importing this package registers the configs and models with the Auto classes, so a saved
+checkpoint loads with plain ``from_pretrained``::
+
+    import anchored_reasoning.models  # registers "mdlm" and "adlm"
+    from transformers import AutoModelForMaskedLM
+    model = AutoModelForMaskedLM.from_pretrained("path/to/checkpoint")
+"""
+from __future__ import annotations
+
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+from .adlm import ADLM, ADLMConfig
+from .blocks import NEG_INF, SequenceLengthError, subs_log_probs
+from .mdlm import PRESETS, MDLM, DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
+
+for _config, _model in ((MDLMConfig, MDLM), (ADLMConfig, ADLM)):
+    AutoConfig.register(_config.model_type, _config, exist_ok=True)
+    AutoModel.register(_config, _model, exist_ok=True)
+    AutoModelForMaskedLM.register(_config, _model, exist_ok=True)
+
+__all__ = [
+    "ADLM", "ADLMConfig", "MDLM", "MDLMConfig", "PRESETS", "DiffusionLMOutput", "DiffusionPreTrainedModel",
+    "NEG_INF", "SequenceLengthError", "subs_log_probs",
+]
