@@ -1,0 +1,364 @@
+"""Hostile programs against the code sandbox: each must fail, change nothing outside, leave no process.
+
+Run: pytest tests/test_sandbox.py   (about 20 s on 2 cores)
+The full suite runs on the strongest layer this machine offers ("auto"); a core subset runs on
+every layer that is available here (bwrap, unshare, plain), each skipped with its reason otherwise.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.eval import sandbox
+from anchored_reasoning.eval.sandbox import ExecResult, SandboxConfig, detect_layer, run_program, run_programs
+
+LAYER = detect_layer("auto")
+NAMESPACED = LAYER in ("bwrap", "unshare")
+PY = sys.executable
+
+
+def _layer_or_skip(layer: str) -> str:
+    ok, why = sandbox._layer_available(layer, os.path.realpath(PY))
+    if not ok:
+        pytest.skip(f"sandbox layer {layer!r} unavailable on this machine: {why}")
+    return layer
+
+
+def _processes_with(marker: bytes) -> list[int]:
+    """Live (non-zombie) processes whose environment or command line contains ``marker``."""
+    hits = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                blob = f.read()
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                blob += f.read()
+        except OSError:
+            continue
+        if marker in blob:
+            hits.append(int(entry))
+    return hits
+
+
+def _assert_nothing_left(result: ExecResult, extra_marker: str | None = None) -> None:
+    markers = [f"AR_SANDBOX_RUN={result.run_id}".encode()]
+    if extra_marker:
+        markers.append(extra_marker.encode())
+    deadline = time.monotonic() + 2.0  # the kernel tears a PID namespace down asynchronously
+    while True:
+        left = [pid for m in markers for pid in _processes_with(m)]
+        if result.uid is not None:
+            for entry in os.listdir("/proc"):
+                try:
+                    if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == result.uid:
+                        left.append(int(entry))
+                except OSError:
+                    pass
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"processes left behind by the sandbox: {left}"
+
+
+@pytest.fixture
+def work_root(tmp_path):
+    root = tmp_path / "work"
+    root.mkdir()
+    yield str(root)
+    assert list(root.iterdir()) == [], "the sandbox left its work dir behind"
+
+
+def run(src: str, work_root: str | None = None, **kw) -> ExecResult:
+    kw.setdefault("timeout_s", 5)
+    result = run_program(src, work_root=work_root, **kw)
+    _assert_nothing_left(result)
+    return result
+
+
+# ----------------------------------------------------------------------------------------- basics
+
+def test_correct_program_passes_with_output(work_root):
+    r = run("import sys\nprint('hello', sum(range(10)))\nprint('warn', file=sys.stderr)\n", work_root)
+    assert r.status == "ok" and r.ok and r.returncode == 0
+    assert r.stdout == "hello 45\n" and "warn" in r.stderr
+    assert r.layer == LAYER
+
+
+def test_exception_and_syntax_error_fail_with_traceback(work_root):
+    r = run("def f():\n    raise ValueError('boom')\nf()\n", work_root)
+    assert r.status == "failed" and "ValueError: boom" in r.stderr_tail()
+    r = run("def f(:\n", work_root)
+    assert r.status == "failed" and "SyntaxError" in r.stderr
+
+
+def test_environment_is_clean_and_points_into_the_work_dir(work_root):
+    os.environ["AR_SECRET_TEST"] = "leak"
+    try:
+        r = run("import os, tempfile\nprint(os.environ.get('AR_SECRET_TEST'))\n"
+                "print(os.getcwd() == os.environ['HOME'] == tempfile.gettempdir())\n", work_root)
+    finally:
+        del os.environ["AR_SECRET_TEST"]
+    assert r.stdout.split() == ["None", "True"]
+
+
+def test_bad_config_is_a_config_error():
+    with pytest.raises(ConfigError, match="timeout_s"):
+        SandboxConfig(timeout_s=0)
+    with pytest.raises(ConfigError, match="isolation"):
+        SandboxConfig(isolation="docker")
+
+
+# --------------------------------------------------------------------------- early exit / forging
+
+@pytest.mark.parametrize("src", [
+    "import sys\nsys.exit(0)\nraise AssertionError('tests would fail here')\n",
+    "import os\nos._exit(0)\nraise AssertionError('tests would fail here')\n",
+    "raise SystemExit\n",
+    "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+])
+def test_early_exit_is_never_ok(src, work_root):
+    r = run(src, work_root)
+    assert not r.ok and r.status in ("early_exit", "killed")
+
+
+def test_forging_the_completion_signal_fails(work_root):
+    # Prints plausible sentinels, scribbles on every open fd (including the harness pipe), exits 0.
+    src = ("import os\nprint('S', 'passed', 'ok', flush=True)\n"
+           "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+           "    try: os.write(fd, b'S' + b'0' * 64 + b'\\n')\n"
+           "    except OSError: pass\n"
+           "os._exit(0)\n")
+    r = run(src, work_root)
+    assert r.status == "early_exit"
+
+
+def test_forked_copy_cannot_complete_for_the_parent(work_root):
+    # The parent dies early; a forked copy runs on to the end. Only the original process counts.
+    r = run("import os, time\nif os.fork():\n    os._exit(0)\ntime.sleep(0.2)\n", work_root)
+    assert r.status == "early_exit"
+
+
+# ------------------------------------------------------------------------------- resource limits
+
+def test_infinite_loop_times_out_quickly(work_root):
+    t = time.monotonic()
+    r = run("while True:\n    pass\n", work_root, timeout_s=1)
+    assert r.status == "timeout" and time.monotonic() - t < 4
+
+
+def test_sleeping_program_times_out(work_root):
+    r = run("import time\ntime.sleep(60)\n", work_root, timeout_s=0.5)
+    assert r.status == "timeout" and r.duration_s < 3
+
+
+def test_memory_hog_fails(work_root):
+    r = run("x = bytearray(3 * 1024 ** 3)\n", work_root, memory_mb=256)
+    assert r.status == "failed" and "MemoryError" in r.stderr
+    r = run("chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 24))\n", work_root, memory_mb=256)
+    assert r.status in ("failed", "killed")
+
+
+def test_output_flood_is_capped(work_root):
+    cap = 64 * 1024
+    r = run("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)\n", work_root, max_output_bytes=cap)
+    assert r.status == "output_limit" and r.output_truncated
+    assert 0 < len(r.stdout) + len(r.stderr) <= cap
+    r = run("import sys\nwhile True:\n    sys.stderr.write('e' * 4096)\n", work_root, max_output_bytes=cap)
+    assert r.status == "output_limit" and len(r.stderr) <= cap
+
+
+def test_file_size_limit(work_root):
+    r = run("open('big', 'wb').write(b'x' * (8 << 20))\n", work_root, file_size_mb=1)
+    assert r.status in ("failed", "killed")
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not NAMESPACED and not sandbox._will_drop(
+    SandboxConfig(), LAYER, os.path.realpath(PY)), reason="plain layer running as root: RLIMIT_NPROC is not enforced for root")
+def test_fork_bomb_is_bounded_and_cleaned_up(work_root):
+    src = ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+    t = time.monotonic()
+    r = run(src, work_root, timeout_s=1.5, max_processes=24)
+    assert r.status in ("timeout", "failed", "killed") and time.monotonic() - t < 8
+
+
+# --------------------------------------------------------------------------- escaping the sandbox
+
+needs_isolation = pytest.mark.skipif(
+    not NAMESPACED and (os.geteuid() == 0 and not sandbox._will_drop(SandboxConfig(), LAYER, os.path.realpath(PY))),
+    reason=f"layer {LAYER!r} runs programs as root here, which can write anywhere (documented in docs/sandbox.md)",
+)
+
+
+@needs_isolation
+def test_cannot_write_or_delete_files_outside(tmp_path, work_root):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    canary = outside / "canary.txt"
+    canary.write_text("alive")
+    for src in (f"open({str(outside / 'new.txt')!r}, 'w').write('pwned')\n",
+                f"import os\nos.remove({str(canary)!r})\n",
+                f"open({str(canary)!r}, 'w').write('pwned')\n",
+                f"import shutil\nshutil.rmtree({str(outside)!r})\n"):
+        r = run(src, work_root)
+        assert r.status == "failed", (src, r)
+    assert canary.read_text() == "alive"
+    assert sorted(p.name for p in outside.iterdir()) == ["canary.txt"]
+
+
+@pytest.mark.skipif(not NAMESPACED, reason="only the namespaced layers give the program a private /tmp")
+def test_tmp_writes_stay_inside(work_root):
+    name = f"ar-sandbox-test-{secrets.token_hex(6)}"
+    r = run(f"open('/tmp/{name}', 'w').write('x')\nimport os\nprint(os.path.exists('/tmp/{name}'))\n", work_root)
+    assert r.status == "ok" and r.stdout.strip() == "True"
+    assert not Path("/tmp", name).exists()
+
+
+class _Listener:
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("guard", [True, False] if NAMESPACED else [True])
+def test_loopback_socket_never_connects(guard, work_root):
+    listener = _Listener()
+    try:
+        src = (f"import socket\ns = socket.create_connection(('127.0.0.1', {listener.port}), timeout=1)\n"
+               "s.sendall(b'hello')\n")
+        r = run(src, work_root, network_guard=guard)
+        time.sleep(0.3)
+        assert r.status == "failed"
+        assert listener.connections == 0
+    finally:
+        listener.close()
+
+
+def test_killing_its_parent_harms_nobody(work_root):
+    # The program kills its parent to hide the failing test that follows.
+    r = run("import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(0.3)\nassert False, 'tests fail'\n", work_root)
+    assert r.status in ("failed", "killed")
+    # The caller (this process) is obviously alive; the sandbox still works afterwards.
+    assert run("print(1)", work_root).ok
+
+
+def test_new_session_child_outliving_the_timeout_is_killed(work_root):
+    marker = f"ar-escape-{secrets.token_hex(6)}"
+    src = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])\n"
+        "    os._exit(0)\n"
+        "time.sleep(60)\n"
+    )
+    r = run_program(src, work_root=work_root, timeout_s=1.5)
+    assert r.status == "timeout"
+    _assert_nothing_left(r, extra_marker=marker)
+
+
+def test_background_child_holding_the_pipes_does_not_hang(work_root):
+    # The main program finishes; a daemonized child keeps stdout open and sleeps for a minute.
+    marker = f"ar-daemon-{secrets.token_hex(6)}"
+    src = (
+        "import os, sys\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        f"    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])\n"
+        "print('main done')\n"
+    )
+    t = time.monotonic()
+    r = run_program(src, work_root=work_root, timeout_s=10)
+    assert time.monotonic() - t < 5
+    assert r.stdout == "main done\n"
+    _assert_nothing_left(r, extra_marker=marker)
+
+
+# ------------------------------------------------------------------------------------- parallel
+
+def test_parallel_runner_keeps_order_and_isolates_runs(work_root):
+    sources = []
+    for i in range(12):
+        if i % 4 == 3:
+            sources.append("import sys\nsys.exit(0)\n")
+        elif i % 4 == 2:
+            sources.append("while True:\n    pass\n")
+        else:
+            sources.append(f"open('f', 'w').write('{i}')\nprint(open('f').read())\n")
+    t = time.monotonic()
+    results = run_programs(sources, workers=4, work_root=work_root, timeout_s=1)
+    assert time.monotonic() - t < 10
+    for i, r in enumerate(results):
+        expected = {3: "early_exit", 2: "timeout"}.get(i % 4, "ok")
+        assert r.status == expected, (i, r)
+        if expected == "ok":
+            assert r.stdout.strip() == str(i)  # each run saw only its own work dir
+    assert len({r.run_id for r in results}) == len(results)
+
+
+def test_sandbox_info_reports_the_layer():
+    info = sandbox.sandbox_info()
+    assert info["layer"] == LAYER and info["memory_mb"] > 0
+
+
+# ------------------------------------------------------------------------- every available layer
+
+@pytest.mark.parametrize("layer", sandbox.LAYERS)
+def test_core_guarantees_on_each_layer(layer, work_root):
+    _layer_or_skip(layer)
+    assert run("print(6 * 7)", work_root, isolation=layer).stdout == "42\n"
+    assert run("import sys\nsys.exit(0)\n", work_root, isolation=layer).status == "early_exit"
+    assert run("import os\nos._exit(0)\n", work_root, isolation=layer).status == "early_exit"
+    assert run("while True:\n    pass\n", work_root, isolation=layer, timeout_s=0.5).status == "timeout"
+    assert run("x = bytearray(3 * 1024 ** 3)\n", work_root, isolation=layer, memory_mb=256).status == "failed"
+    r = run("while True:\n    print('x' * 1000)\n", work_root, isolation=layer, max_output_bytes=10_000)
+    assert r.status == "output_limit" and len(r.stdout) <= 10_000
+    r = run("import os\nos.kill(os.getppid(), 9)\nassert False\n", work_root, isolation=layer)
+    assert r.status in ("failed", "killed")
+    marker = f"ar-escape-{secrets.token_hex(6)}"
+    src = ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+           f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])\n"
+           "    os._exit(0)\ntime.sleep(60)\n")
+    r = run_program(src, work_root=work_root, isolation=layer, timeout_s=1)
+    assert r.status == "timeout"
+    _assert_nothing_left(r, extra_marker=marker)
+
+
+def test_unavailable_explicit_layer_is_a_config_error(monkeypatch):
+    monkeypatch.setattr(sandbox, "_layer_available", lambda layer, python: (False, "not installed (test)"))
+    with pytest.raises(ConfigError, match="not usable"):
+        detect_layer("bwrap")
