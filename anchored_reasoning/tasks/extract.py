@@ -1,0 +1,229 @@
+"""Answer extractors: completion text -> the answer string it commits to, or None.
+
+Each extractor is a pure function ``(completion, example) -> str | None`` registered in
+``EXTRACTORS`` and referenced by name from a task YAML (``extractor:``). The rules:
+
+* ``gsm8k_strict``: an explicit final-answer marker, the **last** one in the text:
+  ``#### N`` (GSM8K's own format, lm-eval's strict match), ``The (final) answer is N``,
+  ``Answer: N`` or ``\\boxed{N}``. Anything else -> None.
+* ``last_number`` (GSM8K flexible): the last number anywhere in the text.
+  Numbers may carry ``$``, thousands commas, a sign, decimals, a trailing period;
+  the result is normalised (``$1,000.`` -> ``1000``).
+* ``math_final`` (AIME): the content of the last ``\\boxed{...}`` (braces balanced);
+  else the last ``answer is X`` / ``Answer: X`` / ``#### X``. Returns the raw answer
+  text; the grader checks it is an integer 0-999.
+* ``choice_letter`` (GPQA, A-D): most explicit form wins, last occurrence within a form:
+  1. ``\\boxed{C}`` (also ``\\boxed{(C)}``, ``\\boxed{\\text{C}}``)
+  2. an answer phrase: ``Answer: C``, ``answer is (C)``, ``correct option is **C**``, ...
+  3. bold ``**C**`` / ``**(C)**`` / ``**C)**`` / ``**C.**``
+  4. a parenthesised ``(C)``
+  5. a line starting with ``C.``, ``C)`` or ``C:`` (``C. text``)
+  6. the whole completion is the letter (``C`` / ``C.``)
+  Letters are upper-case, except right after ``Answer:`` and inside ``\\boxed{}``.
+* ``true_false`` (ProntoQA): the last whole word ``true``/``false`` (any case) -> "True"/"False".
+* ``prosqa_concept`` (ProsQA): the last ``<entity> is a(n) <concept>`` whose concept is one
+  of the two options (``meta["answer_concept"]``/``meta["neg_concept"]``); else the last
+  option word not preceded by "not"; else None.
+* ``none``: the completion itself (code tasks grade by execution).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from anchored_reasoning.types import Example
+
+Extractor = Callable[[str, Example], "str | None"]
+
+_NUMBER = r"-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_NUMBER_RE = re.compile(r"(?<![\w.])" + _NUMBER + r"(?![\d])")
+
+
+def normalize_number(text: str) -> str | None:
+    """``"$1,000."`` -> ``"1000"``, ``"-3.50"`` -> ``"-3.50"``; None if not a number."""
+    t = text.strip().rstrip(".").replace("$", "").replace(",", "").replace(" ", "")
+    t = t.replace("\\!", "")
+    if re.fullmatch(r"-?\d+(\.\d+)?", t):
+        return t
+    return None
+
+
+def find_boxed(text: str) -> list[str]:
+    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces, in order."""
+    out: list[str] = []
+    for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, match.end()
+        while i < len(text) and depth:
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+            i += 1
+        if depth == 0:
+            out.append(text[match.end() : i - 1].strip())
+    return out
+
+
+def _unwrap_latex(text: str) -> str:
+    t = text.strip()
+    for _ in range(3):
+        m = re.fullmatch(r"\\(?:text|textbf|mathrm|mathbf)\s*\{(.*)\}", t, re.S)
+        if not m:
+            break
+        t = m.group(1).strip()
+    return t.strip().strip("$").strip()
+
+
+# ----------------------------------------------------------------------------- numbers
+
+_STRICT_MARKERS = [
+    re.compile(r"####\s*(" + _NUMBER + r")"),
+    re.compile(r"(?i)\b(?:the\s+)?(?:final\s+)?answer\s+is\s*:?\s*\**\s*(" + _NUMBER + r")"),
+    re.compile(r"(?i)\b(?:final\s+)?answer\s*:\s*\**\s*(" + _NUMBER + r")"),
+]
+
+
+def gsm8k_strict(completion: str, example: Example | None = None) -> str | None:
+    candidates: list[tuple[int, str]] = []
+    for pattern in _STRICT_MARKERS:
+        for m in pattern.finditer(completion):
+            value = normalize_number(m.group(1))
+            if value is not None:
+                candidates.append((m.start(), value))
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", completion):
+        boxed = find_boxed(completion[m.start() :])
+        if boxed:
+            value = normalize_number(_unwrap_latex(boxed[0]).replace("\\$", ""))
+            if value is not None:
+                candidates.append((m.start(), value))
+    if not candidates:
+        return None
+    return max(candidates)[1]
+
+
+def last_number(completion: str, example: Example | None = None) -> str | None:
+    matches = _NUMBER_RE.findall(completion)
+    for raw in reversed(matches):
+        value = normalize_number(raw)
+        if value is not None:
+            return value
+    return None
+
+
+# ----------------------------------------------------------------------------- AIME
+
+
+_FINAL_PHRASES = [
+    re.compile(r"(?i)\banswer\s+is\s*:?\s*\$?\s*([^\s$]+)"),
+    re.compile(r"(?i)\banswer\s*:\s*\$?\s*([^\s$]+)"),
+    re.compile(r"####\s*([^\s]+)"),
+]
+
+
+def math_final(completion: str, example: Example | None = None) -> str | None:
+    boxed = find_boxed(completion)
+    if boxed:
+        value = _unwrap_latex(boxed[-1])
+        return value or None
+    candidates: list[tuple[int, str]] = []
+    for pattern in _FINAL_PHRASES:
+        for m in pattern.finditer(completion):
+            value = m.group(1).strip().rstrip(".,;:!*").lstrip("*")
+            if value:
+                candidates.append((m.start(), value))
+    if not candidates:
+        return None
+    return max(candidates)[1]
+
+
+# ----------------------------------------------------------------------------- letters
+
+_L = "[A-J]"
+_ANSWER_PHRASE = re.compile(
+    r"(?i:\b(?:answer|option|choice)\b(?:\s+(?:is|would\s+be|should\s+be))?)\s*:?\s*"
+    r"\**\s*[\(\[]?\s*(" + _L + r")(?![A-Za-z])(\s+[a-z])?"
+)
+_LOWER_ANSWER = re.compile(r"(?i:\banswer\s*:)\s*\**\s*\(?([a-j])\)?\**\s*\.?\s*$", re.M)
+_BOLD = re.compile(r"\*\*\s*\(?(" + _L + r")\)?[.:)]?\s*\*\*")
+_PAREN = re.compile(r"\((" + _L + r")\)")
+_LINE_START = re.compile(r"(?m)^\s*(" + _L + r")[.):](?:\s|$)")
+
+
+def choice_letter(completion: str, example: Example | None = None) -> str | None:
+    n = len(example.choices) if example is not None and example.choices else 4
+    valid = "ABCDEFGHIJ"[:n]
+    # 1. a boxed letter
+    for content in reversed(find_boxed(completion)):
+        letter = _unwrap_latex(content).strip("()[] .").upper()
+        if len(letter) == 1 and letter in valid:
+            return letter
+    # 2. an answer phrase; "The answer is A bit ..." is the article, not a letter
+    phrases = [
+        (m.start(), m.group(1))
+        for m in _ANSWER_PHRASE.finditer(completion)
+        if not (m.group(1) == "A" and m.group(2))
+    ]
+    phrases += [(m.start(), m.group(1).upper()) for m in _LOWER_ANSWER.finditer(completion)]
+    phrases = [p for p in phrases if p[1] in valid]
+    if phrases:
+        return max(phrases)[1]
+    # 3.-5. bold, parenthesised, line start
+    for pattern in (_BOLD, _PAREN, _LINE_START):
+        found = [m.group(1) for m in pattern.finditer(completion) if m.group(1) in valid]
+        if found:
+            return found[-1]
+    # 6. the completion is just the letter
+    whole = completion.strip().strip("*()[]. ")
+    if len(whole) == 1 and whole in valid:
+        return whole
+    return None
+
+
+# ----------------------------------------------------------------------------- logic tasks
+
+
+def true_false(completion: str, example: Example | None = None) -> str | None:
+    matches = re.findall(r"(?i)\b(true|false)\b", completion)
+    if not matches:
+        return None
+    return matches[-1].capitalize()
+
+
+def prosqa_concept(completion: str, example: Example | None = None) -> str | None:
+    if example is None:
+        return None
+    options = [example.meta.get("answer_concept"), example.meta.get("neg_concept")]
+    options = [o for o in options if o]
+    if not options:
+        return None
+    lowered = {o.lower(): o for o in options}
+    entity = example.meta.get("entity")
+    subject = re.escape(entity) if entity else r"\w+"
+    sentences = re.findall(r"(?i)\b" + subject + r"\s+is\s+an?\s+([A-Za-z]+)", completion)
+    for concept in reversed(sentences):
+        if concept.lower() in lowered:
+            return lowered[concept.lower()]
+    alternation = "|".join(re.escape(o) for o in options)
+    mentions = [
+        m
+        for m in re.finditer(r"(?i)\b(" + alternation + r")\b", completion)
+        if not re.search(r"(?i)\bnot\s+(?:an?\s+)?$", completion[max(0, m.start() - 10) : m.start()])
+    ]
+    if mentions:
+        return lowered[mentions[-1].group(1).lower()]
+    return None
+
+
+def whole_completion(completion: str, example: Example | None = None) -> str | None:
+    return completion if completion.strip() else None
+
+
+EXTRACTORS: dict[str, Extractor] = {
+    "gsm8k_strict": gsm8k_strict,
+    "last_number": last_number,
+    "math_final": math_final,
+    "choice_letter": choice_letter,
+    "true_false": true_false,
+    "prosqa_concept": prosqa_concept,
+    "none": whole_completion,
+}

@@ -1,0 +1,155 @@
+"""Graders: ``(completion, example, extract, **options) -> Grade``.
+
+Registered in ``GRADERS`` and referenced by name from a task YAML (``grader:``), with
+``grader_options`` passed as keyword arguments. ``extract`` is the task's extractor
+(see :mod:`anchored_reasoning.tasks.extract`).
+
+* ``gsm8k``: strict and flexible extraction both; each compared to the gold number with
+  math-verify. ``correct`` = strict; ``details = {"strict", "flexible",
+  "strict_extracted", "flexible_extracted"}``.
+* ``math``: the extracted answer compared with math-verify; with ``integer_range: [lo, hi]``
+  (AIME: [0, 999]) the answer must also be an integer in that range.
+* ``exact``: the extracted string equals the gold (``gold_field`` in ``example.meta``, or
+  ``example.answer``), optionally case-insensitive. Letters, True/False, concepts.
+* ``humaneval``: execution in the sandbox, delegated to
+  ``anchored_reasoning.eval.code_exec.grade_humaneval`` (imported when first used).
+
+No answer -> ``Grade(correct=False, extracted=None)``. A comparison that runs out of time ->
+``Grade(correct=False, ..., details={"error": "timeout"})``. An unparseable gold answer
+raises :class:`~anchored_reasoning.errors.DataError`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from anchored_reasoning.errors import DataError
+from anchored_reasoning.tasks.extract import Extractor, last_number
+from anchored_reasoning.tasks.mathcheck import DEFAULT_TIMEOUT, check_math
+from anchored_reasoning.types import Example, Grade
+
+Grader = Callable[..., Grade]
+
+
+def grade_gsm8k(
+    completion: str,
+    example: Example,
+    extract: Extractor,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    flexible_extractor: Extractor = last_number,
+) -> Grade:
+    strict_value = extract(completion, example)
+    flexible_value = flexible_extractor(completion, example)
+    details: dict[str, Any] = {"strict_extracted": strict_value, "flexible_extracted": flexible_value}
+    results: dict[str, bool] = {}
+    cache: dict[str, bool] = {}
+    for name, value in (("strict", strict_value), ("flexible", flexible_value)):
+        if value is None:
+            results[name] = False
+            continue
+        if value not in cache:
+            check = check_math(example.answer, value, timeout=timeout)
+            if check.error == "timeout":
+                details.setdefault("error", "timeout")
+            cache[value] = check.equal
+        results[name] = cache[value]
+    details.update(results)
+    return Grade(correct=results["strict"], extracted=strict_value, details=details)
+
+
+def grade_math(
+    completion: str,
+    example: Example,
+    extract: Extractor,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    integer_range: list[int] | None = None,
+) -> Grade:
+    value = extract(completion, example)
+    if value is None:
+        return Grade(correct=False, extracted=None)
+    check = check_math(example.answer, value, timeout=timeout, want_integer=integer_range is not None)
+    details: dict[str, Any] = {}
+    if check.error:
+        details["error"] = check.error
+    if check.value is not None:
+        details["parsed"] = check.value
+    correct = check.equal
+    if integer_range is not None and check.error is None:
+        lo, hi = integer_range
+        in_range = bool(check.is_integer) and check.integer is not None and lo <= check.integer <= hi
+        if not in_range:
+            details["error"] = f"not an integer in {lo}-{hi}"
+            correct = False
+    return Grade(correct=correct, extracted=value, details=details)
+
+
+def grade_exact(
+    completion: str,
+    example: Example,
+    extract: Extractor,
+    *,
+    gold_field: str | None = None,
+    case_insensitive: bool = False,
+) -> Grade:
+    if gold_field is not None:
+        if gold_field not in example.meta:
+            raise DataError(f"example {example.id!r} has no meta[{gold_field!r}] to grade against")
+        gold = str(example.meta[gold_field])
+    else:
+        gold = example.answer
+    if not gold.strip():
+        raise DataError(f"example {example.id!r} has an empty gold answer")
+    value = extract(completion, example)
+    if value is None:
+        return Grade(correct=False, extracted=None)
+    if case_insensitive:
+        correct = value.strip().lower() == gold.strip().lower()
+    else:
+        correct = value.strip() == gold.strip()
+    return Grade(correct=correct, extracted=value)
+
+
+def _code_exec():
+    try:
+        from anchored_reasoning.eval import code_exec
+    except ImportError as exc:
+        raise ImportError(
+            "HumanEval grading runs programs in the sandbox module anchored_reasoning.eval.code_exec, "
+            f"which could not be imported ({exc})"
+        ) from exc
+    return code_exec
+
+
+def grade_humaneval(
+    completion: str,
+    example: Example,
+    extract: Extractor | None = None,
+    *,
+    timeout: float | None = None,
+) -> Grade:
+    return _code_exec().grade_humaneval(completion, example, timeout=timeout)
+
+
+def grade_humaneval_batch(
+    completions: list[str],
+    examples: list[Example],
+    *,
+    workers: int | None = None,
+    **_: Any,
+) -> list[Grade]:
+    return _code_exec().grade_humaneval_batch(completions, examples, workers=workers)
+
+
+GRADERS: dict[str, Grader] = {
+    "gsm8k": grade_gsm8k,
+    "math": grade_math,
+    "exact": grade_exact,
+    "humaneval": grade_humaneval,
+}
+
+# Graders with a parallel batch form: name -> (completions, examples, **options) -> grades.
+BATCH_GRADERS: dict[str, Callable[..., list[Grade]]] = {
+    "humaneval": grade_humaneval_batch,
+}
