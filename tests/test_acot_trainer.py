@@ -1,0 +1,256 @@
+"""AnchoredSFTTrainer, its collator and the curriculum callback, on a tiny offline model (seconds)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from anchored_reasoning.errors import DataError
+from anchored_reasoning.methods import Rendered, get_method
+from anchored_reasoning.methods.anchored import ANT, add_special_tokens
+from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
+from anchored_reasoning.train.collate import (
+    IGNORE,
+    AnchoredCollator,
+    anchor_token_id,
+    examples_dataset,
+    tokenize_rendered,
+)
+from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, stage_for
+from anchored_reasoning.types import Example
+
+torch.set_num_threads(1)
+
+NAMES = ["Tom", "Alex", "Sally", "Max", "Rex", "Fae"]
+CONCEPTS = ["wumpus", "tumpus", "lempus", "brimpus", "gorpus", "terpus", "sterpus", "zumpus"]
+
+
+def prosqa_like(i: int) -> Example:
+    """A small ProsQA-shaped example (3-step path) built by hand."""
+    name = NAMES[i % len(NAMES)]
+    a, b, c, d = (CONCEPTS[(i + j) % len(CONCEPTS)] for j in range(4))
+    return Example(
+        id=f"p{i}",
+        question=f"Every {a} is a {b}. Every {b} is a {c}. {name} is a {a}. Is {name} a {c} or {d}?",
+        answer=f"{name} is a {c}.",
+        steps=[f"{name} is a {a}.", f"Every {a} is a {b}.", f"Every {b} is a {c}."],
+        meta={"task": "prosqa"},
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from anchored_reasoning.testing import make_tiny_causal_lm
+
+    texts = [prosqa_like(i).question + " " + " ".join(prosqa_like(i).steps) for i in range(12)]
+    path = make_tiny_causal_lm(tmp_path_factory.mktemp("tiny"), texts=texts, hidden_size=32, vocab_size=400)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    add_special_tokens(tok, model)
+    return path, tok, model
+
+
+def fresh_model(tiny):
+    return copy.deepcopy(tiny[2])
+
+
+def train(tiny, method, examples, tmp_path, **cfg):
+    _, tok, _ = tiny
+    model = fresh_model(tiny)
+    collator = AnchoredCollator(tok, method, task="prosqa")
+    callbacks = cfg.pop("callbacks", None)
+    settings = {"per_device_train_batch_size": 4, "learning_rate": 1e-3, "logging_steps": 1, "disable_tqdm": True}
+    args = AnchoredSFTConfig(output_dir=str(tmp_path / "out"), **{**settings, **cfg})
+    trainer = AnchoredSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=examples_dataset(examples),
+        data_collator=collator,
+        processing_class=tok,
+        callbacks=callbacks,
+    )
+    trainer.train()
+    return trainer, collator
+
+
+# ---------------------------------------------------------------------------------------------
+# render path -> labels
+
+def test_ant_labels_sit_exactly_at_ant_positions_and_prompt_has_no_lm_loss(tiny):
+    _, tok, _ = tiny
+    method = get_method("acot", style="trained", k=3)
+    ex = prosqa_like(0)
+    rendered = method.render(ex, "prosqa")
+    assert rendered.anchors == ["Tom", "wumpus", "tumpus"]
+    ant_id = tok.convert_tokens_to_ids(ANT)
+    item = tokenize_rendered(rendered, tok, ant_id=ant_id)
+    prompt_ids = tok(rendered.prompt)["input_ids"]
+    target_ids = tok(rendered.target, add_special_tokens=False)["input_ids"]
+    assert item.input_ids == prompt_ids + target_ids + [tok.eos_token_id]
+    # no LM loss anywhere on the prompt, LM loss on every target token and the EOS
+    assert item.labels[: len(prompt_ids)] == [IGNORE] * len(prompt_ids)
+    assert item.labels[len(prompt_ids) :] == target_ids + [tok.eos_token_id]
+    ant_positions = [i for i, t in enumerate(item.input_ids) if t == ant_id]
+    assert len(ant_positions) == 3
+    labelled = [i for i, a in enumerate(item.anchor_labels) if a != IGNORE]
+    assert labelled == ant_positions
+    expected = [tok(" " + a, add_special_tokens=False)["input_ids"][0] for a in rendered.anchors]
+    assert [item.anchor_labels[i] for i in ant_positions] == expected
+    assert (item.n_slots, item.n_anchor_labels) == (3, 3)
+
+
+def test_extra_slots_get_no_anchor_label(tiny):
+    _, tok, _ = tiny
+    ant_id = tok.convert_tokens_to_ids(ANT)
+    r = Rendered(prompt="Q?\n[BoA]" + ANT * 4 + "[EoA][BoR]", target="x", anchors=["Tom"])
+    item = tokenize_rendered(r, tok, ant_id=ant_id)
+    slots = [i for i, t in enumerate(item.input_ids) if t == ant_id]
+    assert item.anchor_labels[slots[0]] == anchor_token_id(tok, "Tom")
+    assert all(item.anchor_labels[p] == IGNORE for p in slots[1:])
+    assert (item.n_slots, item.n_anchor_labels) == (4, 1)
+
+
+def test_ant_as_last_prompt_token_is_a_clear_error(tiny):
+    _, tok, _ = tiny
+    r = Rendered(prompt="Q? " + ANT, target="x", anchors=["Tom"])
+    with pytest.raises(DataError, match="last prompt token"):
+        tokenize_rendered(r, tok, ant_id=tok.convert_tokens_to_ids(ANT), where="example 7")
+
+
+def test_non_acot_methods_have_no_anchor_labels(tiny):
+    _, tok, _ = tiny
+    batch_rows = examples_dataset([prosqa_like(i) for i in range(3)])
+    for name in ("nocot", "cot", "pause", "stepwise"):
+        collator = AnchoredCollator(tok, get_method(name, style="trained"), task="prosqa")
+        batch = collator([batch_rows[i] for i in range(3)])
+        assert (batch["anchor_labels"] == IGNORE).all(), name
+
+
+# ---------------------------------------------------------------------------------------------
+# the override is the code that runs, and computes the right thing
+
+def test_override_runs_and_logs_anchor_loss(tiny, tmp_path):
+    method = get_method("acot", style="trained", k=3)
+    trainer, _ = train(tiny, method, [prosqa_like(i) for i in range(8)], tmp_path, max_steps=3)
+    assert trainer.compute_loss_calls == 3
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert logs and all(h["anchor_loss"] > 0 for h in logs)
+    assert all(0.0 <= h["anchor_accuracy"] <= 1.0 for h in logs)
+    assert all("lm_loss" in h for h in logs)
+    # the logged total is lm + gamma * anchor (gamma 1)
+    assert logs[0]["loss"] == pytest.approx(logs[0]["lm_loss"] + logs[0]["anchor_loss"], rel=1e-4)
+
+
+def _loss_and_grad(tiny, gamma, batch):
+    _, tok, _ = tiny
+    model = fresh_model(tiny)
+    args = AnchoredSFTConfig(output_dir="/tmp/unused-acot-test", gamma=gamma, disable_tqdm=True)
+    trainer = AnchoredSFTTrainer(
+        model=model, args=args, train_dataset=examples_dataset([prosqa_like(0)]),
+        data_collator=lambda rows: rows, processing_class=tok,
+    )
+    model.train()
+    loss = trainer.compute_loss(model, dict(batch))
+    loss.backward()
+    grad = model.get_input_embeddings().weight.grad.clone()
+    return loss.detach(), grad, model
+
+
+def test_losses_match_a_manual_computation_and_gamma_changes_the_gradient(tiny):
+    _, tok, _ = tiny
+    method = get_method("acot", style="trained", k=3)
+    collator = AnchoredCollator(tok, method, task="prosqa")
+    rows = examples_dataset([prosqa_like(i) for i in range(3)])
+    batch = collator([rows[i] for i in range(3)])
+
+    loss0, grad0, model = _loss_and_grad(tiny, 0.0, batch)
+    loss1, grad1, _ = _loss_and_grad(tiny, 1.0, batch)
+    loss2, grad2, _ = _loss_and_grad(tiny, 2.0, batch)
+
+    # manual: the model's own shifted LM loss, and CE of the logits AT [ANT] slots vs the anchors
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    lm = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)), batch["labels"][:, 1:].reshape(-1), ignore_index=IGNORE
+    )
+    anchor = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), batch["anchor_labels"].reshape(-1), ignore_index=IGNORE
+    )
+    assert loss0.item() == pytest.approx(lm.item(), rel=1e-4)
+    assert loss1.item() == pytest.approx(lm.item() + anchor.item(), rel=1e-4)
+    assert loss2.item() == pytest.approx(lm.item() + 2 * anchor.item(), rel=1e-4)
+    assert not torch.allclose(grad0, grad1)
+    # the gradient is linear in gamma
+    assert torch.allclose(grad2 - grad1, grad1 - grad0, atol=1e-5)
+
+
+def test_examples_without_anchors_train_and_are_counted(tiny, tmp_path):
+    method = get_method("acot", style="trained", k=3)
+    examples = [prosqa_like(i) for i in range(6)]
+    examples += [Example(id=f"bare{i}", question="Is Tom a wumpus or tumpus?", answer="Tom is a wumpus.", steps=[],
+                         meta={"task": "prosqa"}) for i in range(2)]
+    trainer, collator = train(tiny, method, examples, tmp_path, max_steps=2, per_device_train_batch_size=4)
+    assert trainer.compute_loss_calls == 2
+    assert collator.stats["no_anchors"] >= 1
+    assert trainer.examples_no_anchors == collator.stats["no_anchors"]
+    last = [h for h in trainer.state.log_history if "loss" in h][-1]
+    assert last["examples_no_anchors"] == trainer.examples_no_anchors
+    # a batch made only of anchorless examples: LM loss only, finite
+    only_bare = AnchoredCollator(tiny[1], method, task="prosqa")
+    rows = examples_dataset(examples[-2:])
+    batch = only_bare([rows[0], rows[1]])
+    assert (batch["anchor_labels"] == IGNORE).all() and batch["anchor_slots"].tolist() == [3, 3]
+    loss = trainer.compute_loss(trainer.model, dict(batch))
+    assert torch.isfinite(loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# curriculum
+
+def test_stage_schedule():
+    assert [stage_for(schedule="epochs", num_stages=4, epoch=e, epochs_per_stage=5) for e in (0, 4.9, 5, 12, 99)] == [0, 0, 1, 2, 3]
+    # fraction: default gives half the run to the curriculum
+    assert [stage_for(schedule="fraction", num_stages=3, progress=p) for p in (0, 0.24, 0.25, 0.5, 0.9)] == [0, 0, 1, 2, 2]
+
+
+def test_stage_switch_changes_rendered_data(tiny):
+    _, tok, _ = tiny
+    method = get_method("acot", style="trained", k=3, remove_steps_per_stage=1)
+    collator = AnchoredCollator(tok, method, task="prosqa")
+    rows = examples_dataset([prosqa_like(0)])
+    ant_id = tok.convert_tokens_to_ids(ANT)
+    seen = []
+    for stage in range(method.num_stages):
+        collator.set_stage(stage)
+        batch = collator([rows[0]])
+        target = tok.decode(batch["input_ids"][0][batch["labels"][0] != IGNORE])
+        seen.append(((batch["input_ids"] == ant_id).sum().item(), target.count(" is a ")))
+    # one more [ANT] per stage; one more leading step removed per stage (3 steps + the answer line)
+    assert seen == [(0, 4), (1, 3), (2, 2), (3, 1), (3, 1)]
+
+
+def test_curriculum_callback_moves_stages_resets_optimizer_and_keeps_best(tiny, tmp_path):
+    _, tok, _ = tiny
+    method = get_method("acot", style="trained", k=2)
+    examples = [prosqa_like(i) for i in range(8)]
+    # a toy grader: "correct" when the completion is non-empty (the tiny model says something)
+    evaluator = GenerationEvaluator(tok, examples[:2], grade=lambda text, ex: len(text) > 0, max_new_tokens=4)
+    placeholder = AnchoredCollator(tok, method, task="prosqa")
+    cb = CurriculumCallback(placeholder, method, curriculum=True, schedule="epochs", epochs_per_stage=1,
+                            evaluator=evaluator, reset_optimizer=True)
+    model = fresh_model(tiny)
+    args = AnchoredSFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=4, num_train_epochs=3,
+                             learning_rate=1e-3, logging_steps=1, disable_tqdm=True)
+    trainer = AnchoredSFTTrainer(model=model, args=args, train_dataset=examples_dataset(examples),
+                                 data_collator=placeholder, processing_class=tok, callbacks=[cb])
+    trainer.train()
+    stages = [h["stage"] for h in cb.history if h["event"] == "stage"]
+    assert stages == [0, 1, 2]
+    assert cb.optimizer_resets == 2
+    assert placeholder.stage == 2
+    evals = [h for h in cb.history if h["event"] == "eval"]
+    assert [e["stage"] for e in evals] == [0, 1, 2]
+    assert cb.best is not None and cb.best["stage"] == 2  # only final-stage evaluations compete
