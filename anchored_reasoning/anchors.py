@@ -21,6 +21,7 @@ the trainer then puts no anchor loss on it.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from typing import Callable, Hashable, Iterable, Sequence, TypeVar
@@ -176,7 +177,18 @@ def _task_name(task: object) -> str | None:
     return getattr(task, "name", None)
 
 
-register_anchor_extractor("gsm8k", lambda ex, m: gsm8k_anchors(ex.steps, m), None)
+def _gsm8k_example_anchors(example: Example, max_anchors: int | None) -> list[str]:
+    """GSM8K anchors from the calculator annotations the loader keeps in
+    ``meta["calculations"]`` (one list per step) when there are any, else from the steps."""
+    calcs = (example.meta or {}).get("calculations")
+    if isinstance(calcs, list) and any(calcs):
+        annotated = [" ".join(f"<<{c}>>" for c in step) if isinstance(step, list) else str(step) for step in calcs]
+        steps = [a if a.strip() else s for a, s in zip(annotated, example.steps)] if len(calcs) == len(example.steps) else annotated
+        return gsm8k_anchors(steps, max_anchors)
+    return gsm8k_anchors(example.steps, max_anchors)
+
+
+register_anchor_extractor("gsm8k", _gsm8k_example_anchors, None)
 register_anchor_extractor("prontoqa", lambda ex, m: logic_anchors(ex.steps, m), 6)
 register_anchor_extractor("prosqa", lambda ex, m: logic_anchors(ex.steps, m), 6)
 
@@ -198,4 +210,4 @@ def extract_anchors(example: Example, task_name: object = None, max_anchors: "in
     limit = default_max if max_anchors is _UNSET else max_anchors
     if fn is None:
         return generic_anchors(steps, limit)  # type: ignore[arg-type]
-    return fn(Example(id=example.id, question=example.question, answer=example.answer, steps=steps), limit)  # type: ignore[arg-type]
+    return fn(dataclasses.replace(example, steps=steps), limit)  # type: ignore[arg-type]

@@ -1,0 +1,282 @@
+"""The trained-style methods: one render path, curriculum stages, answer lines the graders read."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.methods import Rendered, get_method, list_methods
+from anchored_reasoning.methods.anchored import (
+    ANT,
+    BOA,
+    BOR,
+    EOA,
+    EOR,
+    PAUSE,
+    SPECIAL_TOKENS,
+    ACoT,
+    Pause,
+    Stepwise,
+    TrainedCoT,
+    TrainedMethod,
+    TrainedNoCoT,
+    add_special_tokens,
+    answer_line,
+    task_name_of,
+)
+from anchored_reasoning.tasks import get_task
+from anchored_reasoning.tasks.loaders import RowContext, gsm8k_row, prontoqa_row, prosqa_row
+from anchored_reasoning.types import Example, Prompt
+
+DATA = os.environ.get("ANCHORED_REASONING_DATA")
+needs_data = pytest.mark.skipif(
+    not DATA or not Path(DATA).is_dir(), reason="ANCHORED_REASONING_DATA is not set to the shared data folder"
+)
+METHODS = ["nocot", "cot", "pause", "acot", "stepwise"]
+
+
+def gsm8k_example() -> Example:
+    row = {
+        "question": "Janet’s ducks lay 16 eggs per day. She eats three and bakes with four. She sells the rest for $2 each. How much does she make?",
+        "answer": "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18 every day.\n#### 18",
+    }
+    return gsm8k_row(row, RowContext(index=0, split="test"))
+
+
+def prosqa_example() -> Example:
+    row = {
+        "question": "Tom is a terpus. Every terpus is a brimpus. Every brimpus is a lempus. Bob is a gorpus. Is Tom a gorpus or lempus?",
+        "answer": "Tom is a lempus.",
+        "steps": ["Tom is a terpus.", "Every terpus is a brimpus.", "Every brimpus is a lempus."],
+        "idx_to_symbol": ["Tom", "Bob", "terpus", "brimpus", "lempus", "gorpus"],
+        "edges": [[0, 2], [2, 3], [3, 4], [1, 5]],
+        "root": 0,
+        "target": 4,
+        "neg_target": 5,
+    }
+    return prosqa_row(row, RowContext(index=0, split="test"))
+
+
+def prontoqa_example(answer: str = "False") -> Example:
+    row = {
+        "question": "Stella is a zumpus. Zumpuses are gorpuses. Every gorpus is floral. True or false: Stella is not floral.",
+        "steps": ["Stella is a zumpus. Zumpuses are gorpuses.", "Stella is a gorpus. Every gorpus is floral.", "Stella is floral."],
+        "answer": answer,
+    }
+    return prontoqa_row(row, RowContext(index=0, split="test"))
+
+
+EXAMPLES = {"gsm8k": gsm8k_example, "prosqa": prosqa_example, "prontoqa": prontoqa_example}
+
+
+def all_variants():
+    for name in METHODS:
+        for opts in ({}, {"k": 2, "remove_steps_per_stage": 1}):
+            if name in ("nocot", "cot") and opts:
+                continue
+            method = get_method(name, style="trained", **opts)
+            for stage in range(method.num_stages):
+                yield method.with_stage(stage)
+
+
+def between(text: str, start: str, end: str) -> str:
+    return text[text.index(start) + len(start) : text.index(end)]
+
+
+# ------------------------------------------------------------------------ registry
+
+
+def test_trained_style_dispatch_keeps_instruct_methods():
+    assert isinstance(get_method("cot", style="trained"), TrainedCoT)
+    assert isinstance(get_method("nocot", style="trained"), TrainedNoCoT)
+    assert not isinstance(get_method("cot"), TrainedMethod)  # plain get_method stays instruct
+    assert isinstance(get_method("acot", style="trained"), ACoT)
+    assert isinstance(get_method("acot"), ACoT)  # trained-only names resolve in either style
+    assert isinstance(get_method("pause"), Pause) and isinstance(get_method("stepwise"), Stepwise)
+    assert {"trained:cot", "acot", "pause", "stepwise"} <= set(list_methods())
+    with pytest.raises(ConfigError, match="style"):
+        get_method("cot", style="fancy")
+    with pytest.raises(ConfigError, match="kk"):
+        get_method("acot", style="trained", kk=3)
+    with pytest.raises(ConfigError, match="k must be"):
+        get_method("acot", style="trained", k=-1)
+    with pytest.raises(ConfigError, match="stage"):
+        get_method("acot", style="trained", k=2, stage=9)
+
+
+def test_options_round_trip_through_json():
+    for method in all_variants():
+        options = json.loads(json.dumps(method.options))
+        again = get_method(method.name, style="trained", **options)
+        assert again == method
+        for task, make in EXAMPLES.items():
+            assert again.render(make(), task) == method.render(make(), task)
+
+
+# ------------------------------------------------------------------------ one render path
+
+
+@pytest.mark.parametrize("task", sorted(EXAMPLES))
+def test_prompt_text_is_the_rendered_prompt(task):
+    example = EXAMPLES[task]()
+    for method in all_variants():
+        rendered = method.render(example, task)
+        assert isinstance(rendered, Rendered)
+        prompt = method.prompt(example, task)
+        assert isinstance(prompt, Prompt) and prompt.text == rendered.prompt
+        assert rendered.prompt.startswith(example.question)
+        # the prompt holds everything up to [BoR]; the target never holds a slot token
+        assert not any(tok in rendered.target for tok in (BOA, ANT, EOA, PAUSE, BOR))
+        assert rendered.prompt.endswith(BOR) == (method.name != "nocot")
+        assert (EOR in rendered.target) == (method.name != "nocot")
+
+
+def test_task_object_and_inferred_task_render_the_same():
+    class T:
+        name = "prosqa"
+
+    method = get_method("acot", style="trained", k=3)
+    for task, make in EXAMPLES.items():
+        example = make()
+        assert task_name_of(None, example) == task
+        assert method.render(example) == method.render(example, task)
+    assert method.render(prosqa_example(), T()) == method.render(prosqa_example(), "prosqa")
+
+
+# ------------------------------------------------------------------------ slots and stages
+
+
+def test_acot_has_min_stage_k_ant_slots_and_anchors():
+    example = prosqa_example()
+    method = get_method("acot", style="trained", k=2)
+    assert method.num_stages == 3 and method.stage == 2  # built at its final stage
+    for stage in range(method.num_stages):
+        r = method.with_stage(stage).render(example, "prosqa")
+        n = min(stage, 2)
+        if n == 0:
+            assert BOA not in r.prompt and EOA not in r.prompt and r.anchors == []
+        else:
+            assert between(r.prompt, BOA, EOA) == ANT * n
+            assert r.prompt.count(ANT) == n
+            assert r.anchors == ["Tom", "terpus", "brimpus"][:n]
+    # more slots than anchors: anchors stop, slots stay (no loss on the extra ones)
+    r = get_method("acot", style="trained", k=6).render(example, "prosqa")
+    assert r.prompt.count(ANT) == 6 and r.anchors == ["Tom", "terpus", "brimpus", "lempus"]
+
+
+def test_acot_stage_zero_is_plain_cot_and_pause_only_differs_by_slot_tokens():
+    cot = get_method("cot", style="trained")
+    acot = get_method("acot", style="trained", k=3)
+    pause = get_method("pause", style="trained", k=3)
+    for task, make in EXAMPLES.items():
+        example = make()
+        assert acot.with_stage(0).render(example, task) == cot.render(example, task)
+        for stage in range(acot.num_stages):
+            a = acot.with_stage(stage).render(example, task)
+            p = pause.with_stage(stage).render(example, task)
+            assert p.anchors == []
+            assert p.prompt.count(PAUSE) == a.prompt.count(ANT) == min(stage, 3)
+            assert p.target == a.target
+            assert p.prompt.replace(PAUSE, "") == a.prompt.replace(ANT, "").replace(BOA, "").replace(EOA, "")
+
+
+def test_stage_switch_changes_rendered_data():
+    example = gsm8k_example()
+    method = get_method("acot", style="trained", k=2)
+    renders = [method.with_stage(s).render(example, "gsm8k") for s in range(method.num_stages)]
+    assert len({r.prompt for r in renders}) == method.num_stages
+    assert [r.anchors for r in renders] == [[], ["16"], ["16", "3"]]
+    # with_stage clamps past the end and refuses negatives
+    assert method.with_stage(99).stage == method.num_stages - 1
+    with pytest.raises(ConfigError):
+        method.with_stage(-1)
+
+
+def test_stepwise_removes_one_more_leading_step_per_stage():
+    example = prosqa_example()
+    steps = example.steps
+    method = get_method("stepwise", style="trained", stages=2)
+    assert method.num_stages == 4  # stage 0 (all steps), 1, 2, then a last stage with none
+    targets = [method.with_stage(s).render(example, "prosqa").target for s in range(method.num_stages)]
+    assert targets[0] == "\n".join(steps) + EOR + "\n### Tom is a lempus."
+    assert targets[1] == "\n".join(steps[1:]) + EOR + "\n### Tom is a lempus."
+    assert targets[2] == "\n".join(steps[2:]) + EOR + "\n### Tom is a lempus."
+    assert targets[3] == EOR + "\n### Tom is a lempus."
+    no_final = get_method("stepwise", style="trained", stages=2, final_stage_removes_all=False)
+    assert no_final.num_stages == 3
+
+
+def test_acot_prosqa_schedule_removes_steps_and_ends_with_the_answer_only():
+    example = prosqa_example()
+    method = get_method("acot", style="trained", k=6, remove_steps_per_stage=1)
+    assert method.num_stages == 8
+    final = method.render(example, "prosqa")
+    assert final.target == EOR + "\n### Tom is a lempus."
+    assert final.prompt.count(ANT) == 6 and final.anchors == ["Tom", "terpus", "brimpus", "lempus"]
+    kept = [method.with_stage(s).render(example, "prosqa").target.count("\n") for s in range(4)]
+    assert kept == [3, 2, 1, 1]  # steps joined by newlines, then "\n" before the answer line
+
+
+# ------------------------------------------------------------------------ answer lines and graders
+
+
+def test_answer_lines():
+    assert answer_line(gsm8k_example(), "gsm8k") == "#### 18"
+    assert answer_line(prosqa_example(), "prosqa") == "### Tom is a lempus."
+    assert answer_line(prontoqa_example(), "prontoqa") == "### False"
+    concept_only = Example(id="c", question="Facts. Is Tom a gorpus or lempus?", answer="lempus")
+    assert answer_line(concept_only, "prosqa") == "### Tom is a lempus."
+
+
+@pytest.mark.parametrize("task", sorted(EXAMPLES))
+def test_gold_targets_grade_correct(task):
+    grader = get_task(task)
+    examples = [EXAMPLES[task]()] + ([prontoqa_example("True")] if task == "prontoqa" else [])
+    for example in examples:
+        for method in all_variants():
+            target = method.render(example, task).target
+            grade = grader.grade(target, example)
+            assert grade.correct, (method.name, method.stage, target, grade)
+
+
+@needs_data
+@pytest.mark.parametrize("task", ["gsm8k", "prosqa", "prontoqa"])
+def test_gold_targets_grade_correct_on_real_data(task):
+    t = get_task(task)
+    examples = t.load("test", data_dir=DATA)
+    methods = [get_method(n, style="trained") for n in METHODS] + [
+        get_method("acot", style="trained", k=6, remove_steps_per_stage=1).with_stage(s) for s in (0, 2)
+    ]
+    for example in examples:
+        for method in methods:
+            r = method.render(example, task)
+            assert t.grade(r.target, example).correct, (example.id, method.name, r.target)
+            assert method.prompt(example, task).text == r.prompt
+
+
+# ------------------------------------------------------------------------ tokenizer
+
+
+def test_add_special_tokens_is_idempotent_and_resizes(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from anchored_reasoning.testing import make_tiny_causal_lm
+
+    path = make_tiny_causal_lm(tmp_path / "tiny")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    before = len(tok)
+    assert add_special_tokens(tok, model) == len(SPECIAL_TOKENS)
+    assert len(tok) == before + len(SPECIAL_TOKENS)
+    assert model.get_input_embeddings().weight.shape[0] >= len(tok)
+    assert model.get_output_embeddings().weight.shape[0] >= len(tok)
+    assert add_special_tokens(tok, model) == 0 and len(tok) == before + len(SPECIAL_TOKENS)
+    # each special token is one id, whatever surrounds it
+    r = get_method("acot", style="trained", k=3).render(prosqa_example(), "prosqa")
+    ids = tok(r.prompt, add_special_tokens=False)["input_ids"]
+    ant = tok.convert_tokens_to_ids(ANT)
+    assert ids.count(ant) == 3
+    assert ids[-6:] == [tok.convert_tokens_to_ids(t) for t in (BOA, ANT, ANT, ANT, EOA, BOR)]
