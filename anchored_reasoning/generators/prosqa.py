@@ -1,0 +1,276 @@
+"""A ProsQA generator following Coconut's construction (arXiv 2412.06769, appendix A.2).
+
+Each problem is a random DAG of "is-a" facts over fictional concepts, plus a question
+``Is <entity> a <A> or <B>?`` where ``A`` is reachable from the entity and ``B`` is not.
+Construction, per graph (our reading of the appendix; deviations are marked):
+
+1. Nodes 0 and 1 are the two seed entities, with labels ``0b01`` and ``0b10``.
+2. Each new node draws ``Poisson(1.5)`` parents. With probability 0.35 the candidates are
+   the nodes reachable from node 0 only (label 1), with 0.35 those reachable from node 1
+   only (label 2), otherwise any earlier node. Candidates are drawn without replacement with
+   weight ``depth * 1.5 + 1`` (``depth`` = longest distance from a parentless node).
+   *Deviation:* the appendix also lists the label-0 group (nodes reachable from neither
+   seed) among the candidates; with it the graphs have 4.1 entities each against 2.55 in the
+   published files, without it 2.55, so we leave it out.
+3. A node's label is the bitwise OR of its parents' labels; a node without parents is an entity.
+4. *Pruning:* only nodes reachable from a seed, and their ancestors, are kept (the published
+   graphs have no isolated node and ~0.6 extra entities, each with one child).
+5. The question's entity (``root``) is the seed whose farthest exclusive leaf (reachable from
+   it, not from the other seed, no children) is farther; ``target`` is such a farthest leaf,
+   ``neg_target`` a random exclusive leaf of the other seed. Graphs whose answer is fewer than
+   ``min_hops`` hops away, or where a seed has no exclusive leaf, are redrawn.
+6. Facts are listed in random order; the options' order is random; ``steps`` is a random
+   shortest path written as sentences, ``answer`` the sentence ``"<entity> is a <target>."``.
+
+With the defaults (28 nodes drawn before pruning) 500 problems average 22.7 nodes, 36.2 edges,
+a 3.7-hop shortest path and 1.6 shortest paths, against 22.8 / 35.8 / 3.78 / 1.57 for the
+real test split (``tests/test_generators.py`` checks this). Names come from the word lists
+below, which are the entity and concept names seen in the published valid/test files.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.types import Example
+
+ENTITY_NAMES = (
+    "Alex Bob Carol Davis Eva Fae Gabriel Jack Max Oliver Polly Rex Sally Sam Stella Tom Wren"
+).split()
+CONCEPT_NAMES = (
+    "bompus boompus brimpus chorpus dumpus felpus fompus gerpus gorpus grimpus gwompus hilpus "
+    "impus jelpus jompus kerpus lempus lorpus numpus quimpus rempus rompus rorpus scrompus "
+    "shumpus sterpus storpus terpus timpus tumpus vumpus worpus wumpus yerpus yimpus yumpus "
+    "zhorpus zumpus"
+).split()
+
+
+@dataclass
+class ProsQAConfig:
+    """Size and shape of the generated graphs. Smaller ``num_nodes`` and ``min_hops`` make
+    small problems for fast demos (``num_nodes=12, min_hops=2``: ~10 nodes, 2-3 hops)."""
+
+    num_nodes: int = 28  # nodes drawn before pruning
+    mean_parents: float = 1.5  # Poisson mean of the number of parents of a new node
+    p_group: float = 0.35  # probability of each seed's exclusive group being the candidates
+    depth_weight: float = 1.5  # candidate weight = depth * depth_weight + 1
+    min_hops: int = 3  # shortest path entity -> answer at least this long
+    max_hops: int | None = None  # ... and at most this long (None: no bound)
+    max_tries: int = 10_000  # graph draws per problem before giving up
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 4:
+            raise ConfigError(f"ProsQA generator: num_nodes must be >= 4, got {self.num_nodes}")
+        if self.num_nodes - 2 > len(CONCEPT_NAMES) + len(ENTITY_NAMES) - 2:
+            raise ConfigError(
+                f"ProsQA generator: num_nodes={self.num_nodes} exceeds the name lists "
+                f"({len(CONCEPT_NAMES)} concepts, {len(ENTITY_NAMES)} entities)"
+            )
+        if not 0 <= 2 * self.p_group <= 1:
+            raise ConfigError(f"ProsQA generator: p_group must be in [0, 0.5], got {self.p_group}")
+        if self.min_hops < 1 or (self.max_hops is not None and self.max_hops < self.min_hops):
+            raise ConfigError(f"ProsQA generator: need 1 <= min_hops <= max_hops, got {self.min_hops}, {self.max_hops}")
+
+
+def _poisson(rng: random.Random, lam: float) -> int:
+    threshold, k, p = math.exp(-lam), 0, 1.0
+    while True:
+        p *= rng.random()
+        if p <= threshold:
+            return k
+        k += 1
+
+
+def _weighted_sample(rng: random.Random, items: list[int], weights: list[float], k: int) -> list[int]:
+    items, weights = list(items), list(weights)
+    out = []
+    for _ in range(k):
+        x = rng.random() * sum(weights)
+        i = 0
+        while i < len(items) - 1 and x >= weights[i]:
+            x -= weights[i]
+            i += 1
+        out.append(items.pop(i))
+        weights.pop(i)
+    return out
+
+
+def _bfs(children: dict[int, list[int]], source: int) -> dict[int, int]:
+    dist, queue = {source: 0}, [source]
+    for u in queue:
+        for v in children[u]:
+            if v not in dist:
+                dist[v] = dist[u] + 1
+                queue.append(v)
+    return dist
+
+
+def _draw_graph(rng: random.Random, cfg: ProsQAConfig) -> tuple[int, list[tuple[int, int]]]:
+    """Steps 1-4: returns (number of kept nodes, edges parent->child), nodes renumbered in
+    creation order (so every edge goes from a lower to a higher index, like the real files)."""
+    labels = {0: 1, 1: 2}
+    depth = {0: 0, 1: 0}
+    groups: dict[int, list[int]] = {0: [], 1: [0], 2: [1], 3: []}
+    parents: dict[int, list[int]] = {0: [], 1: []}
+    for idx in range(2, cfg.num_nodes):
+        n_in = _poisson(rng, cfg.mean_parents)
+        r = rng.random()
+        if r < cfg.p_group:
+            candidates = list(groups[1])
+        elif r < 2 * cfg.p_group:
+            candidates = list(groups[2])
+        else:
+            candidates = list(range(idx))
+        n_in = min(n_in, len(candidates))
+        chosen = _weighted_sample(rng, candidates, [depth[c] * cfg.depth_weight + 1 for c in candidates], n_in)
+        label = 0
+        for c in chosen:
+            label |= labels[c]
+        labels[idx] = label
+        groups[label].append(idx)
+        parents[idx] = sorted(chosen)
+        depth[idx] = max((depth[c] + 1 for c in chosen), default=0)
+    keep = {i for i, lab in labels.items() if lab}
+    stack = list(keep)
+    while stack:
+        for p in parents[stack.pop()]:
+            if p not in keep:
+                keep.add(p)
+                stack.append(p)
+    order = sorted(keep)
+    new = {old: i for i, old in enumerate(order)}
+    edges = [(new[p], new[c]) for c in order for p in parents[c]]
+    return len(order), edges
+
+
+def _shortest_paths(children: dict[int, list[int]], source: int, target: int) -> list[list[int]]:
+    """Every shortest path source -> target (node lists)."""
+    dist = _bfs(children, source)
+    length = dist[target]
+    parents: dict[int, list[int]] = defaultdict(list)
+    for u, vs in list(children.items()):
+        for v in vs:
+            parents[v].append(u)
+    to_target = {target: 0}
+    queue = [target]
+    for u in queue:
+        for p in parents[u]:
+            if p not in to_target:
+                to_target[p] = to_target[u] + 1
+                queue.append(p)
+
+    def on_path(v: int) -> bool:
+        return v in dist and v in to_target and dist[v] + to_target[v] == length
+
+    paths: list[list[int]] = []
+
+    def walk(path: list[int]) -> None:
+        node = path[-1]
+        if node == target:
+            paths.append(path)
+            return
+        for v in sorted(children[node]):
+            if on_path(v) and dist[v] == dist[node] + 1:
+                walk(path + [v])
+
+    walk([source])
+    return paths
+
+
+def generate_problem(rng: random.Random, cfg: ProsQAConfig | None = None) -> dict[str, Any]:
+    """One problem as a dict in the published ProsQA format (``question, answer, steps,
+    idx_to_symbol, edges, root, target, neg_target``)."""
+    cfg = cfg or ProsQAConfig()
+    for _ in range(cfg.max_tries):
+        n, edges = _draw_graph(rng, cfg)
+        children: dict[int, list[int]] = defaultdict(list)
+        has_parent = set()
+        for a, b in edges:
+            children[a].append(b)
+            has_parent.add(b)
+        reach = [_bfs(children, 0), _bfs(children, 1)]
+        leaves = [
+            [v for v in reach[s] if v not in reach[1 - s] and not children[v] and v != s] for s in (0, 1)
+        ]
+        if not leaves[0] or not leaves[1]:
+            continue
+        best = [max(reach[s][v] for v in leaves[s]) for s in (0, 1)]
+        root = 0 if best[0] > best[1] else 1 if best[1] > best[0] else rng.randrange(2)
+        hops = best[root]
+        if hops < cfg.min_hops or (cfg.max_hops is not None and hops > cfg.max_hops):
+            continue
+        target = rng.choice(sorted(v for v in leaves[root] if reach[root][v] == hops))
+        neg_target = rng.choice(sorted(leaves[1 - root]))
+        break
+    else:
+        raise ConfigError(
+            f"ProsQA generator: no graph with min_hops={cfg.min_hops} max_hops={cfg.max_hops} in "
+            f"{cfg.max_tries} draws of num_nodes={cfg.num_nodes}; raise num_nodes or lower min_hops"
+        )
+    entities = [i for i in range(n) if i not in has_parent]
+    concepts = [i for i in range(n) if i in has_parent]
+    if len(entities) > len(ENTITY_NAMES) or len(concepts) > len(CONCEPT_NAMES):
+        raise ConfigError(f"ProsQA generator: graph needs more names than the lists hold (num_nodes={cfg.num_nodes})")
+    names: dict[int, str] = {}
+    names.update(zip(entities, rng.sample(ENTITY_NAMES, len(entities))))
+    names.update(zip(concepts, rng.sample(CONCEPT_NAMES, len(concepts))))
+    symbols = [names[i] for i in range(n)]
+
+    def fact(a: int, b: int) -> str:
+        return f"{symbols[a]} is a {symbols[b]}." if a in entities else f"Every {symbols[a]} is a {symbols[b]}."
+
+    facts = [fact(a, b) for a, b in edges]
+    rng.shuffle(facts)
+    options = [symbols[target], symbols[neg_target]]
+    rng.shuffle(options)
+    question = " ".join(facts) + f" Is {symbols[root]} a {options[0]} or {options[1]}?"
+    path = rng.choice(_shortest_paths(children, root, target))
+    steps = [fact(a, b) for a, b in zip(path, path[1:])]
+    return {
+        "question": question,
+        "answer": f"{symbols[root]} is a {symbols[target]}.",
+        "steps": steps,
+        "idx_to_symbol": symbols,
+        "edges": [[a, b] for a, b in edges],
+        "root": root,
+        "target": target,
+        "neg_target": neg_target,
+    }
+
+
+def generate_rows(n: int, seed: int = 0, **size: Any) -> list[dict[str, Any]]:
+    """``n`` problems in the published JSON format; same ``seed`` and ``size``, same rows."""
+    cfg = ProsQAConfig(**size)
+    rng = random.Random(f"prosqa-{seed}")
+    return [generate_problem(rng, cfg) for _ in range(n)]
+
+
+def rows_to_examples(rows: list[dict[str, Any]], split: str = "generated") -> list[Example]:
+    """Examples built by the real ProsQA loader's row hook, so they look exactly like loaded ones."""
+    from anchored_reasoning.tasks.loaders import RowContext, prosqa_row
+
+    return [prosqa_row(row, RowContext(index=i, split=split)) for i, row in enumerate(rows)]
+
+
+def generate_dataset(n: int, seed: int = 0, split: str = "generated", **size: Any) -> list[Example]:
+    """``n`` generated ProsQA Examples (ids ``<split>-<i>``). ``size``: :class:`ProsQAConfig` fields."""
+    return rows_to_examples(generate_rows(n, seed, **size), split=split)
+
+
+def write_json(path: str | Path, n: int, seed: int = 0, **size: Any) -> Path:
+    """Write ``n`` generated problems to ``path`` as a JSON list in the published format
+    (loadable by ``get_task("prosqa")`` from a data folder). Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(generate_rows(n, seed, **size)))
+    return path
+
+
+def default_config() -> dict[str, Any]:
+    return asdict(ProsQAConfig())
