@@ -52,12 +52,12 @@ def format_choices(choices: list[str] | None) -> str:
     return "\n".join(f"{loaders.LETTERS[i]}) {choice}" for i, choice in enumerate(choices))
 
 
+_TEMPLATE_FIELDS = ("question", "choices", "entry_point")
+
+
 def _fill(template: str, fields: dict[str, str]) -> str:
-    # Plain replacement of {name} placeholders: other braces (\boxed{}, code) stay as written.
-    out = template
-    for key, value in fields.items():
-        out = out.replace("{" + key + "}", value)
-    return out
+    # Python format strings: {question} etc. are fields, literal braces are doubled ({{ }}).
+    return template.format(**fields)
 
 
 @dataclass
@@ -129,16 +129,24 @@ class Task:
         return example.question
 
     def format_prompt(self, method: str, example: Example) -> str:
-        """Fill ``prompts[method]``: ``{question}`` (question only) and ``{choices}`` ("A) ...")."""
+        """Fill the template ``prompts[method]`` (a Python format string, literal braces doubled).
+
+        ``{question}`` is :meth:`render_question` (the question, then the lettered choices of a
+        multiple-choice task); a template that places ``{choices}`` ("A) ...\\nB) ...") itself
+        gets the bare question in ``{question}``. ``{entry_point}`` is HumanEval's function name.
+        """
         try:
             template = self.prompts[method]
         except KeyError:
             raise ConfigError(
                 f"task {self.name!r} has no prompt template for method {method!r}; has: {', '.join(self.prompts)}"
             ) from None
-        fields = {"question": example.question, "choices": format_choices(example.choices)}
-        if "entry_point" in example.meta:
-            fields["entry_point"] = str(example.meta["entry_point"])
+        uses_choices = "{choices}" in template
+        fields = {
+            "question": example.question if uses_choices else self.render_question(example),
+            "choices": format_choices(example.choices),
+            "entry_point": str(example.meta.get("entry_point", "")),
+        }
         return _fill(template, fields)
 
     def generation_for(self, method: str | None = None) -> dict[str, Any]:
@@ -242,6 +250,13 @@ def task_from_spec(spec: dict[str, Any], path: Path | None = None) -> Task:
     for method, template in prompts.items():
         if "{question}" not in template:
             raise ConfigError(f"{where}: prompts.{method} does not contain {{question}}")
+        try:
+            _fill(template, {k: "" for k in _TEMPLATE_FIELDS})
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(
+                f"{where}: prompts.{method} is not a valid template ({type(exc).__name__}: {exc}); "
+                f"fields are {{{'}, {'.join(_TEMPLATE_FIELDS)}}} and literal braces are doubled ({{{{ }}}})"
+            ) from None
     generation = spec.get("generation") or {}
     if not isinstance(generation, dict):
         raise ConfigError(f"{where}: 'generation' must be a mapping")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from anchored_reasoning.errors import DataError
-from anchored_reasoning.tasks.extract import Extractor, last_number
+from anchored_reasoning.tasks.extract import Extractor, last_number, normalize_number
 from anchored_reasoning.tasks.mathcheck import DEFAULT_TIMEOUT, check_math
 from anchored_reasoning.types import Example, Grade
 
@@ -39,6 +39,8 @@ def grade_gsm8k(
     timeout: float = DEFAULT_TIMEOUT,
     flexible_extractor: Extractor = last_number,
 ) -> Grade:
+    if normalize_number(example.answer) is None:
+        raise DataError(f"example {example.id!r}: GSM8K gold answer {example.answer!r} is not a number")
     strict_value = extract(completion, example)
     flexible_value = flexible_extractor(completion, example)
     details: dict[str, Any] = {"strict_extracted": strict_value, "flexible_extracted": flexible_value}
@@ -66,6 +68,11 @@ def grade_math(
     timeout: float = DEFAULT_TIMEOUT,
     integer_range: list[int] | None = None,
 ) -> Grade:
+    if integer_range is not None:
+        lo, hi = integer_range
+        gold = example.answer.strip()
+        if not (gold.isdigit() or (gold.startswith("-") and gold[1:].isdigit())) or not lo <= int(gold) <= hi:
+            raise DataError(f"example {example.id!r}: gold answer {gold!r} is not an integer in {lo}-{hi}")
     value = extract(completion, example)
     if value is None:
         return Grade(correct=False, extracted=None)
