@@ -15,6 +15,7 @@ from anchored_reasoning.anchors import extract_anchors
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.generators import generate_dataset, generate_rows, write_json
 from anchored_reasoning.generators.__main__ import main as generators_main
+from anchored_reasoning.generators.prosqa import statistics as prosqa_statistics
 from anchored_reasoning.tasks import get_task
 
 DATA = os.environ.get("ANCHORED_REASONING_DATA")
@@ -46,6 +47,7 @@ def _bfs_counts(children, source):
 
 
 def prosqa_stats(rows):
+    """Independent of the generator's own code: BFS counts of shortest paths."""
     nodes, edges, hops, paths, first = [], [], [], [], []
     for row in rows:
         children, _ = _graph(row)
@@ -58,6 +60,14 @@ def prosqa_stats(rows):
         first.append(options[0] == row["idx_to_symbol"][row["target"]])
     mean = statistics.mean
     return {"nodes": mean(nodes), "edges": mean(edges), "hops": mean(hops), "paths": mean(paths), "first": mean(first)}
+
+
+def test_library_statistics_agree_with_the_test_helper():
+    rows = generate_rows("prosqa", 100, seed=5)
+    lib = prosqa_statistics(rows)
+    for key, value in prosqa_stats(rows).items():
+        assert lib[key] == pytest.approx(value)
+    assert 2 <= lib["entities"] <= 4
 
 
 # ------------------------------------------------------------------------ ProsQA

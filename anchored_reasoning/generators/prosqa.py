@@ -272,5 +272,33 @@ def write_json(path: str | Path, n: int, seed: int = 0, **size: Any) -> Path:
     return path
 
 
-def default_config() -> dict[str, Any]:
-    return asdict(ProsQAConfig())
+def statistics(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean graph statistics of ProsQA rows (generated or published): ``nodes``, ``edges``,
+    ``hops`` (shortest entity -> answer path), ``paths`` (number of such shortest paths),
+    ``first`` (fraction of questions naming the right option first), ``entities``."""
+    totals = defaultdict(float)
+    for row in rows:
+        children: dict[int, list[int]] = defaultdict(list)
+        has_parent = set()
+        for a, b in row["edges"]:
+            children[a].append(b)
+            has_parent.add(b)
+        source = row["root"]
+        dist, count, queue = {source: 0}, {source: 1}, [source]
+        for u in queue:
+            for v in children[u]:
+                if v not in dist:
+                    dist[v], count[v] = dist[u] + 1, count[u]
+                    queue.append(v)
+                elif dist[v] == dist[u] + 1:
+                    count[v] += count[u]
+        symbols = row["idx_to_symbol"]
+        totals["nodes"] += len(symbols)
+        totals["edges"] += len(row["edges"])
+        totals["hops"] += dist[row["target"]]
+        totals["paths"] += count[row["target"]]
+        option = row["question"].rsplit(" or ", 1)[0].rsplit(" ", 1)[-1]
+        totals["first"] += option == symbols[row["target"]]
+        totals["entities"] += len(symbols) - len(has_parent)
+    n = max(len(rows), 1)
+    return {k: v / n for k, v in totals.items()}
