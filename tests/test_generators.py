@@ -135,6 +135,8 @@ def test_prosqa_size_options_make_small_problems():
     assert stats["nodes"] < 13 and 2 <= stats["hops"] < 3.5
     capped = generate_rows("prosqa", 50, seed=0, min_hops=3, max_hops=3)
     assert prosqa_stats(capped)["hops"] == 3
+    big = generate_rows("prosqa", 5, seed=0, num_nodes=80)  # beyond the 38 real concept names
+    assert all(len(set(r["idx_to_symbol"])) == len(r["idx_to_symbol"]) > 40 for r in big)
     with pytest.raises(ConfigError, match="num_nodes"):
         generate_rows("prosqa", 1, seed=0, num_nodes=2)
     with pytest.raises(ConfigError, match="min_hops"):

@@ -40,6 +40,8 @@ from typing import Any
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.types import Example
 
+# The names seen in the published valid/test files; larger graphs than those (num_nodes > 40)
+# draw further concept names from :func:`syllable_names`.
 ENTITY_NAMES = (
     "Alex Bob Carol Davis Eva Fae Gabriel Jack Max Oliver Polly Rex Sally Sam Stella Tom Wren"
 ).split()
@@ -49,6 +51,18 @@ CONCEPT_NAMES = (
     "shumpus sterpus storpus terpus timpus tumpus vumpus worpus wumpus yerpus yimpus yumpus "
     "zhorpus zumpus"
 ).split()
+
+
+_ONSETS = "b bl br ch d dr f fl g gl gr h j k kl l m n p pl qu r s sc sh sk sl st t tr v w y z zh".split()
+_VOWELS = "a e i o u oo ee ai".split()
+_CODAS = "mpus rpus lpus mbus".split()
+
+
+def syllable_names(exclude: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """Fictional concept names by a syllable rule (onset + vowel + ``-mpus``/``-rpus``/...), in a
+    fixed order, skipping ``exclude``. Used only when a graph needs more than the 38 real names."""
+    skip = set(exclude)
+    return [o + v + c for c in _CODAS for v in _VOWELS for o in _ONSETS if o + v + c not in skip]
 
 
 @dataclass
@@ -67,11 +81,8 @@ class ProsQAConfig:
     def __post_init__(self) -> None:
         if self.num_nodes < 4:
             raise ConfigError(f"ProsQA generator: num_nodes must be >= 4, got {self.num_nodes}")
-        if self.num_nodes - 2 > len(CONCEPT_NAMES) + len(ENTITY_NAMES) - 2:
-            raise ConfigError(
-                f"ProsQA generator: num_nodes={self.num_nodes} exceeds the name lists "
-                f"({len(CONCEPT_NAMES)} concepts, {len(ENTITY_NAMES)} entities)"
-            )
+        if self.num_nodes > 500:
+            raise ConfigError(f"ProsQA generator: num_nodes must be <= 500, got {self.num_nodes}")
         if not 0 <= 2 * self.p_group <= 1:
             raise ConfigError(f"ProsQA generator: p_group must be in [0, 0.5], got {self.p_group}")
         if self.min_hops < 1 or (self.max_hops is not None and self.max_hops < self.min_hops):
@@ -215,11 +226,15 @@ def generate_problem(rng: random.Random, cfg: ProsQAConfig | None = None) -> dic
         )
     entities = [i for i in range(n) if i not in has_parent]
     concepts = [i for i in range(n) if i in has_parent]
-    if len(entities) > len(ENTITY_NAMES) or len(concepts) > len(CONCEPT_NAMES):
-        raise ConfigError(f"ProsQA generator: graph needs more names than the lists hold (num_nodes={cfg.num_nodes})")
+    concept_pool = list(CONCEPT_NAMES)
+    if len(concepts) > len(concept_pool):
+        concept_pool += syllable_names(CONCEPT_NAMES)
+    entity_pool = list(ENTITY_NAMES)
+    if len(entities) > len(entity_pool):  # very large graphs: "Alex2", ...
+        entity_pool += [f"{name}{i}" for i in range(2, 2 + len(entities) // len(ENTITY_NAMES) + 1) for name in ENTITY_NAMES]
     names: dict[int, str] = {}
-    names.update(zip(entities, rng.sample(ENTITY_NAMES, len(entities))))
-    names.update(zip(concepts, rng.sample(CONCEPT_NAMES, len(concepts))))
+    names.update(zip(entities, rng.sample(entity_pool, len(entities))))
+    names.update(zip(concepts, rng.sample(concept_pool, len(concepts))))
     symbols = [names[i] for i in range(n)]
 
     def fact(a: int, b: int) -> str:
