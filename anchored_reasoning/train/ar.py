@@ -43,28 +43,34 @@ _PRESET_DEFAULTS = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 # ---------------------------------------------------------------------------------------------
 # data
 
-def generate_examples(name: str, n: int, seed: int, params: Mapping[str, Any] | None = None) -> list[Example]:
-    """``n`` examples from the generator ``anchored_reasoning.generators.<name>`` (seeded)."""
+def generate_examples(
+    name: str, n: int, seed: int, params: Mapping[str, Any] | None = None, split: str = "generated"
+) -> list[Example]:
+    """``n`` examples from the generator ``anchored_reasoning.generators.<name>`` (seeded; ids ``<split>-<i>``)."""
     try:
         module = importlib.import_module(f"anchored_reasoning.generators.{name}")
     except ModuleNotFoundError:
         raise ConfigError(f"unknown data generator {name!r} (anchored_reasoning.generators.{name} not found)") from None
-    fn = getattr(module, "generate", None)
+    fn = getattr(module, "generate_dataset", None)
     if fn is None:
-        raise ConfigError(f"anchored_reasoning.generators.{name} has no generate() function")
+        raise ConfigError(f"anchored_reasoning.generators.{name} has no generate_dataset() function")
     try:
-        out = fn(int(n), seed=int(seed), **dict(params or {}))
+        out = fn(int(n), seed=int(seed), split=split, **dict(params or {}))
     except TypeError as exc:
         raise ConfigError(f"generator {name!r}: bad params {sorted(params or {})}: {exc}") from None
     return list(out)
 
 
-def load_split(spec: Mapping[str, Any] | None, task_name: str | None, default_seed: int) -> list[Example]:
+def load_split(
+    spec: Mapping[str, Any] | None, task_name: str | None, default_seed: int, part: str = "train"
+) -> list[Example]:
     """Examples for one ``data.<part>`` section: ``{generator, n, seed, params}`` or ``{split, limit, data_dir}``."""
     if not spec:
         return []
     if spec.get("generator"):
-        return generate_examples(spec["generator"], spec.get("n", 1000), spec.get("seed", default_seed), spec.get("params"))
+        return generate_examples(
+            spec["generator"], spec.get("n", 1000), spec.get("seed", default_seed), spec.get("params"), split=f"gen-{part}"
+        )
     if spec.get("split"):
         if not task_name:
             raise ConfigError("data.*.split needs a top-level 'task' in the recipe")
@@ -205,7 +211,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     train_examples = load_split(data.get("train"), task_name, seed)
     if not train_examples:
         raise DataError("recipe data.train produced no examples")
-    valid_examples = load_split(data.get("valid"), task_name, seed + 1)
+    valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
     task = grader_for(task_name) if config.generation_eval else None
     logger.info("data: %d train, %d valid examples (%.1fs)", len(train_examples), len(valid_examples), time.monotonic() - t0)
 
