@@ -4,7 +4,9 @@
 >>> backend = get_backend("openai", "Qwen/Qwen2.5-1.5B-Instruct", base_url="http://127.0.0.1:8000/v1")
 
 Requests go to ``/v1/completions`` (raw prompt text) or ``/v1/chat/completions`` (chat turns):
-``mode="auto"`` uses chat when the prompt carries ``messages`` and completions otherwise.
+``mode="auto"`` follows the hf backend's rule: chat when the prompt carries ``messages`` and
+the model has a chat template (checked in the model's directory when it is a local path,
+assumed for a remote name), completions otherwise.
 They run in a bounded thread pool (``concurrency``), each with a timeout, and are retried
 with exponential backoff on 408/409/425/429/5xx answers, timeouts and connection errors;
 when the retries are spent a :class:`BackendError` says which server failed and how.
@@ -37,6 +39,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -168,6 +171,7 @@ class OpenAIBackend:
         self._client = None
         self._lock = threading.Lock()
         self._abort = threading.Event()
+        self._has_template: bool | None = None
         self.stats = _Stats()
 
     # ----- public API -----
@@ -266,7 +270,17 @@ class OpenAIBackend:
             return True  # a prompt without messages becomes one user turn
         if self.mode == "completions":
             return False
-        return bool(prompt.messages)
+        return bool(prompt.messages) and self._chat_template_available()
+
+    def _chat_template_available(self) -> bool:
+        """For ``mode="auto"``: the same rule as the hf backend (chat only when the model has a chat
+        template). A model served from a local directory is checked there; a remote name is
+        assumed to be a chat model."""
+        if self._has_template is None:
+            self._has_template = model_has_chat_template(self.model)
+            if not self._has_template:
+                logger.info("openai backend: %s has no chat template; sending raw prompt text to /completions", self.model)
+        return self._has_template
 
     def _body(self, prompt: Prompt, unit: _Unit, spec: SamplingSpec, chat: bool) -> dict[str, Any]:
         kind = self.server_kind
@@ -441,6 +455,21 @@ class OpenAIBackend:
             raise BackendError(f"{self.base_url}/models lists no model; pass the model name explicitly")
         self.model = ids[0]
         logger.info("openai backend: using model %r from %s/models", self.model, self.base_url)
+
+
+def model_has_chat_template(model: str) -> bool:
+    """Whether a local checkpoint directory has a chat template (tokenizer_config.json's
+    ``chat_template`` or a ``chat_template.jinja``/``.json`` file); True for a non-local name."""
+    folder = Path(model.split("@", 1)[0]) if model else None
+    if folder is None or not folder.is_dir():
+        return True
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("chat_template"))
 
 
 def _token_counts(choices: list[dict], texts: list[str], usage: dict) -> list[int]:

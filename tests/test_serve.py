@@ -1,0 +1,226 @@
+"""A real ``transformers serve`` on loopback with a tiny local model, driven through the openai backend.
+
+* greedy completions through the server equal the local hf backend's, token for token, both for
+  raw prompts (/v1/completions) and for chat prompts (/v1/chat/completions with a chat template
+  the test gives the model, which the hf backend then applies too);
+* killing the server mid-run: the runner retries, stops with a clear error, keeps every finished
+  record, and a rerun against a restarted server completes without redoing them;
+* ``anchored-reasoning serve`` prints the base URL and stops its server on SIGTERM;
+* no test leaves a server process behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from anchored_reasoning.backends.openai_compat import OpenAIBackend
+from anchored_reasoning.errors import BackendError
+from anchored_reasoning.serving import serve_model
+from anchored_reasoning.types import Example, Prompt, SamplingSpec
+
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(300)]
+
+SERVER_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant:{% endif %}"
+)
+QUESTIONS = [
+    "Natalia sold 48 clips in April and half as many in May. How many clips did she sell?",
+    "Tom has 3 apples and buys 4 more. How many apples does he have?",
+    "A box holds 12 eggs. How many eggs are in 5 boxes?",
+    "Every wumpus is a tumpus. Alex is a wumpus. Is Alex a tumpus?",
+    "What is 16 - 3 - 4?",
+    "def add(a, b): what does add(1, 2) return?",
+]
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    from anchored_reasoning.testing import make_tiny_causal_lm
+
+    plain = make_tiny_causal_lm(tmp_path_factory.mktemp("tiny") / "plain")
+    chat = tmp_path_factory.mktemp("tiny") / "chat"
+    make_tiny_causal_lm(chat)
+    cfg_path = chat / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = CHAT_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg))
+    return {"plain": str(plain), "chat": str(chat)}
+
+
+@pytest.fixture(scope="module")
+def plain_server(tiny_models):
+    with serve_model(tiny_models["plain"], engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120) as srv:
+        yield srv
+    assert group_gone(srv.pid), "the server's process group outlived serve_model"
+
+
+def examples() -> list[Example]:
+    return [Example(id=f"q{i}", question=q, answer="7") for i, q in enumerate(QUESTIONS)]
+
+
+def hf_backend(path: str):
+    import torch
+
+    torch.set_num_threads(1)
+    from anchored_reasoning.backends.hf import HFBackend
+
+    return HFBackend(path, device="cpu", dtype="float32", batch_size=1)
+
+
+def test_server_is_transformers_and_healthy(plain_server):
+    assert plain_server.healthy() and plain_server.alive()
+    assert plain_server.base_url.startswith("http://127.0.0.1:") and plain_server.base_url.endswith("/v1")
+    b = OpenAIBackend(plain_server.model, base_url=plain_server.base_url)
+    assert b.server_kind == "transformers"
+
+
+def test_greedy_completions_match_hf_backend(plain_server, tmp_path):
+    from anchored_reasoning.eval.runner import run_eval
+
+    path = plain_server.model
+    remote = OpenAIBackend(path, base_url=plain_server.base_url, concurrency=2)
+    local = hf_backend(path)
+    common = dict(split="test", max_new_tokens=24, progress=False, examples=examples())
+    s_remote = run_eval("gsm8k", remote, "cot", out_dir=tmp_path / "remote", **common)
+    s_local = run_eval("gsm8k", local, "cot", out_dir=tmp_path / "local", **common)
+    rec_remote = [json.loads(x) for x in (tmp_path / "remote" / "records.jsonl").read_text().splitlines()]
+    rec_local = [json.loads(x) for x in (tmp_path / "local" / "records.jsonl").read_text().splitlines()]
+    key = lambda r: r["id"]  # noqa: E731
+    got = [(r["id"], r["prompt"], r["completion"], r["tokens"]) for r in sorted(rec_remote, key=key)]
+    want = [(r["id"], r["prompt"], r["completion"], r["tokens"]) for r in sorted(rec_local, key=key)]
+    assert len(got) == len(QUESTIONS)
+    assert got == want
+    assert s_remote["accuracy"]["mean"] == s_local["accuracy"]["mean"]
+    # Stop strings are honoured and cut the same way on both sides.
+    prompts = [Prompt(f"Question: {q}\nAnswer:") for q in QUESTIONS[:3]]
+    first = local.generate(prompts, SamplingSpec(max_new_tokens=12))
+    stops = [r[0].text.split()[1] for r in first if len(r[0].text.split()) > 1][:2] or [" "]
+    spec = SamplingSpec(max_new_tokens=12, stop=stops)
+    assert [r[0].text for r in remote.generate(prompts, spec)] == [r[0].text for r in local.generate(prompts, spec)]
+
+
+def test_chat_prompts_match_hf_backend_with_same_template(tiny_models):
+    path = tiny_models["chat"]
+    prompts = [Prompt(text=f"raw {q}", messages=[{"role": "user", "content": q}]) for q in QUESTIONS[:4]]
+    spec = SamplingSpec(max_new_tokens=16)
+    local = hf_backend(path)
+    assert local.uses_chat(prompts[0])
+    with serve_model(path, engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120) as srv:
+        remote = OpenAIBackend(path, base_url=srv.base_url, concurrency=2)
+        got = remote.generate(prompts, spec)
+        sampled = remote.generate(prompts[:1], SamplingSpec(max_new_tokens=8, temperature=1.0, n=3, seed=3))
+    assert group_gone(srv.pid)
+    want = local.generate(prompts, spec)
+    assert [r[0].text for r in got] == [r[0].text for r in want]
+    assert [r[0].n_tokens for r in got] == [r[0].n_tokens for r in want]
+    # n samples from a server that answers one choice per request
+    assert len(sampled[0]) == 3 and all(0 < c.n_tokens <= 8 for c in sampled[0])
+
+
+class KillServerAt:
+    """Wraps a backend and kills the server when generate is called for the ``at``-th time."""
+
+    def __init__(self, backend, server, at: int):
+        self.backend, self.server, self.at, self.calls = backend, server, at, 0
+        self.name = backend.name
+        self.batch_size = 2  # the runner hands over 2 prompts per call
+
+    def describe(self):
+        return self.backend.describe()
+
+    def generate(self, prompts, spec):
+        self.calls += 1
+        if self.calls == self.at:
+            self.server.kill()
+        return self.backend.generate(prompts, spec)
+
+
+def test_server_killed_mid_run_then_resumed(tiny_models, tmp_path):
+    from anchored_reasoning.eval.runner import run_eval
+
+    path = tiny_models["plain"]
+    out = tmp_path / "run"
+    common = dict(split="test", max_new_tokens=16, progress=False, examples=examples())
+    with serve_model(path, engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120) as srv:
+        remote = OpenAIBackend(path, base_url=srv.base_url, max_retries=2, backoff=0.2, timeout=30)
+        killer = KillServerAt(remote, srv, at=3)
+        t0 = time.monotonic()
+        with pytest.raises(BackendError) as err:
+            run_eval("gsm8k", killer, "nocot", out_dir=out, **common)
+        assert time.monotonic() - t0 < 60
+    assert group_gone(srv.pid)
+    msg = str(err.value)
+    assert "after 3 attempt(s)" in msg and "connection failed" in msg and "rerun" in msg
+    assert remote.stats.retries >= 2
+    first = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in first) == ["q0", "q1", "q2", "q3"]  # two full chunks kept
+
+    with serve_model(path, engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120) as srv2:
+        remote2 = OpenAIBackend(path, base_url=srv2.base_url)
+        summary = run_eval("gsm8k", remote2, "nocot", out_dir=out, **common)
+        requests_made = remote2.stats.requests
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == [f"q{i}" for i in range(6)]  # complete, no duplicates
+    assert records[:4] == first  # finished records untouched
+    assert len({r["session"] for r in records[4:]} - {r["session"] for r in first}) == 1
+    assert requests_made == 2  # only the two missing examples were generated
+    assert summary["counts"]["examples_done"] == 6
+    # and what was generated before the crash equals what an uninterrupted run gives
+    local = hf_backend(path)
+    clean = run_eval("gsm8k", local, "nocot", out_dir=tmp_path / "clean", **common)
+    clean_records = {json.loads(x)["id"]: json.loads(x)["completion"] for x in (tmp_path / "clean" / "records.jsonl").read_text().splitlines()}
+    assert {r["id"]: r["completion"] for r in records} == clean_records
+    assert clean["counts"]["examples_done"] == 6
+
+
+def test_serve_command_prints_base_url_and_stops_on_sigterm(tiny_models, tmp_path):
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "anchored_reasoning.cli", "serve", tiny_models["plain"], "--engine", "transformers",
+           "--port", "0", "--device", "cpu", "--log-file", str(log), "--startup-timeout", "120"]
+    env = {**os.environ, **SERVER_ENV}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    server_pid = None
+    try:
+        lines = []
+        deadline = time.monotonic() + 150
+        url = None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"base URL: (http://127\.0\.0\.1:\d+/v1)", line)
+            if m:
+                url = m.group(1)
+                break
+        assert url, "".join(lines)
+        pid_line = next(x for x in lines if "(pid " in x)
+        server_pid = int(re.search(r"\(pid (\d+)", pid_line).group(1))
+        out = OpenAIBackend(tiny_models["plain"], base_url=url).generate([Prompt("Question: 1 + 2 =")], SamplingSpec(max_new_tokens=4))
+        assert out[0][0].n_tokens >= 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert group_gone(server_pid)
+    finally:
+        for pgid in (proc.pid, server_pid):
+            if pgid is not None and not group_gone(pgid):
+                os.killpg(pgid, signal.SIGKILL)
+        proc.wait(timeout=10)
