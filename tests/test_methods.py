@@ -74,7 +74,7 @@ EXAMPLES = {"gsm8k": gsm8k_example, "prosqa": prosqa_example, "prontoqa": pronto
 
 def all_variants():
     for name in METHODS:
-        for opts in ({}, {"k": 2, "remove_steps_per_stage": 1}):
+        for opts in ({}, {"k": 2, "remove_steps_per_stage": 1}, {"step_format": "calculations"}):
             if name in ("nocot", "cot") and opts:
                 continue
             method = get_method(name, style="trained", **opts)
@@ -220,6 +220,16 @@ def test_acot_prosqa_schedule_removes_steps_and_ends_with_the_answer_only():
     assert kept == [3, 2, 1, 1]  # steps joined by newlines, then "\n" before the answer line
 
 
+def test_calculation_steps_for_gsm8k():
+    method = get_method("cot", style="trained", step_format="calculations")
+    r = method.render(gsm8k_example(), "gsm8k")
+    assert r.target == "<<16-3-4=9>>\n<<9*2=18>>" + EOR + "\n#### 18"
+    # tasks without calculations keep their text steps
+    assert method.render(prosqa_example(), "prosqa") == get_method("cot", style="trained").render(prosqa_example(), "prosqa")
+    with pytest.raises(ConfigError, match="step_format"):
+        get_method("cot", style="trained", step_format="latex")
+
+
 # ------------------------------------------------------------------------ answer lines and graders
 
 
@@ -249,7 +259,7 @@ def test_gold_targets_grade_correct_on_real_data(task):
     examples = t.load("test", data_dir=DATA)
     methods = [get_method(n, style="trained") for n in METHODS] + [
         get_method("acot", style="trained", k=6, remove_steps_per_stage=1).with_stage(s) for s in (0, 2)
-    ]
+    ] + [get_method("acot", style="trained", k=2, step_format="calculations")]
     for example in examples:
         for method in methods:
             r = method.render(example, task)

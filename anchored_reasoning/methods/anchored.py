@@ -46,6 +46,9 @@ BOA, ANT, EOA, BOR, EOR, PAUSE = "[BoA]", "[ANT]", "[EoA]", "[BoR]", "[EoR]", "[
 #: Tokens every trained-style checkpoint has in its vocabulary (added once, embeddings resized).
 SPECIAL_TOKENS = [BOA, ANT, EOA, BOR, EOR, PAUSE]
 
+#: How steps are written: the example's text, or GSM8K's calculator annotations only.
+STEP_FORMATS = ("text", "calculations")
+
 GSM8K_ANSWER_PREFIX = "#### "
 ANSWER_PREFIX = "### "
 
@@ -134,7 +137,8 @@ class TrainedMethod:
     Options (all JSON-able, written into a checkpoint's ``anchored_reasoning.json``):
     ``k`` slots at the last stage, ``remove_steps_per_stage`` leading steps removed per stage,
     ``final_stage_removes_all`` (an extra last stage without any step when steps are removed),
-    ``stage`` (None = the final stage).
+    ``stage`` (None = the final stage), ``step_format`` ("text", or "calculations" for
+    GSM8K's ``<<a*b=c>>`` annotations only, the augmented-GSM8K form Coconut trains on).
     """
 
     name: ClassVar[str] = "trained"
@@ -147,8 +151,13 @@ class TrainedMethod:
     remove_steps_per_stage: int = 0
     final_stage_removes_all: bool = True
     stage: int | None = None
+    step_format: str = "text"
 
     def __post_init__(self) -> None:
+        if self.step_format not in STEP_FORMATS:
+            raise ConfigError(
+                f"method {self.name}: option step_format must be one of {', '.join(STEP_FORMATS)}, got {self.step_format!r}"
+            )
         for key in ("k", "remove_steps_per_stage"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -209,12 +218,23 @@ class TrainedMethod:
             return BOA + ANT * n + EOA
         return PAUSE * n
 
+    def steps_of(self, example: Example) -> list[str]:
+        """The reasoning steps rendered: the example's text steps, or with
+        ``step_format="calculations"`` the calculator annotations (``<<16-3-4=9>>``, the
+        augmented-GSM8K form of iCoT/Coconut) of the steps that have them, when the example
+        carries ``meta["calculations"]`` (GSM8K); other examples keep their text steps."""
+        steps = [s.strip() for s in (example.steps or []) if isinstance(s, str) and s.strip()]
+        calcs = (example.meta or {}).get("calculations")
+        if self.step_format == "calculations" and isinstance(calcs, list) and any(calcs):
+            steps = [" ".join(f"<<{c}>>" for c in step) for step in calcs if isinstance(step, list) and step]
+        return steps
+
     def render(self, example: Example, task: Any = None) -> Rendered:
         """Training view of ``example`` at the current stage: prompt (no LM loss), target
         (LM loss; the trainer appends EOS) and the anchors of the ``[ANT]`` slots."""
         name = task_name_of(task, example)
         question = (example.question or "").strip()
-        steps = [s.strip() for s in (example.steps or []) if isinstance(s, str) and s.strip()]
+        steps = self.steps_of(example)
         n_slots = self.num_slots()
         prompt = question + "\n" + self.slots(n_slots)
         final = answer_line(example, name)
