@@ -271,7 +271,11 @@ def run_eval(
         raise ConfigError(f"n={n}: ask for at least one sample per example")
     if limit is not None and limit < 1:
         raise ConfigError(f"limit={limit}: must be >= 1 (omit it for the whole split)")
-    gen = dict(getattr(task, "generation", None) or {})
+    method_name = describe_method(method)["name"]
+    if hasattr(task, "generation_for"):
+        gen = dict(task.generation_for(method_name))  # per-method overrides (e.g. a short nocot budget)
+    else:
+        gen = {k: v for k, v in (getattr(task, "generation", None) or {}).items() if k != "methods"}
     spec = SamplingSpec(
         max_new_tokens=int(max_new_tokens if max_new_tokens is not None else gen.get("max_new_tokens", 512)),
         temperature=float(temperature if temperature is not None else gen.get("temperature", 0.0)),

@@ -1,7 +1,8 @@
 """Instruct-style methods: zero-shot prompting of an off-the-shelf model.
 
 ``nocot`` and ``cot`` fill the task's prompt template for the method (``prompts.nocot`` /
-``prompts.cot`` in the task YAML, with ``{question}`` replaced by ``task.render_question(example)``)
+``prompts.cot`` in the task YAML, filled by ``task.format_prompt``: ``{question}`` is the rendered
+question with any choices)
 and offer it both as raw text and as one user chat turn; the backend decides which to use
 (the HF backend applies the tokenizer's chat template when the model has one).
 
@@ -49,14 +50,17 @@ class InstructMethod:
                 f"task {getattr(task, 'name', task)!r} has no prompt template {key!r} "
                 f"(has: {', '.join(sorted(prompts)) or 'none'}); add prompts.{key} to its YAML file"
             )
-        question = task.render_question(example) if hasattr(task, "render_question") else example.question
-        try:
-            text = prompts[key].format(question=question)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ConfigError(
-                f"task {getattr(task, 'name', task)!r}: prompt template {key!r} must use only the field "
-                f"{{question}} (escape other braces as {{{{ }}}}): {exc}"
-            ) from exc
+        if hasattr(task, "format_prompt"):
+            text = task.format_prompt(key, example)  # the task knows its template fields
+        else:
+            question = task.render_question(example) if hasattr(task, "render_question") else example.question
+            try:
+                text = prompts[key].format(question=question)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(
+                    f"task {getattr(task, 'name', task)!r}: prompt template {key!r} must use only the field "
+                    f"{{question}} (escape other braces as {{{{ }}}}): {exc}"
+                ) from exc
         messages = []
         if self.system:
             messages.append({"role": "system", "content": self.system})
