@@ -112,14 +112,21 @@ def _weighted_sample(rng: random.Random, items: list[int], weights: list[float],
     return out
 
 
-def _bfs(children: dict[int, list[int]], source: int) -> dict[int, int]:
-    dist, queue = {source: 0}, [source]
+def _bfs_counts(children: dict[int, list[int]], source: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Distance from ``source`` and number of shortest paths to every node it reaches."""
+    dist, count, queue = {source: 0}, {source: 1}, [source]
     for u in queue:
         for v in children[u]:
             if v not in dist:
-                dist[v] = dist[u] + 1
+                dist[v], count[v] = dist[u] + 1, count[u]
                 queue.append(v)
-    return dist
+            elif dist[v] == dist[u] + 1:
+                count[v] += count[u]
+    return dist, count
+
+
+def _bfs(children: dict[int, list[int]], source: int) -> dict[int, int]:
+    return _bfs_counts(children, source)[0]
 
 
 def _draw_graph(rng: random.Random, cfg: ProsQAConfig) -> tuple[int, list[tuple[int, int]]]:
@@ -298,15 +305,7 @@ def statistics(rows: list[dict[str, Any]]) -> dict[str, float]:
         for a, b in row["edges"]:
             children[a].append(b)
             has_parent.add(b)
-        source = row["root"]
-        dist, count, queue = {source: 0}, {source: 1}, [source]
-        for u in queue:
-            for v in children[u]:
-                if v not in dist:
-                    dist[v], count[v] = dist[u] + 1, count[u]
-                    queue.append(v)
-                elif dist[v] == dist[u] + 1:
-                    count[v] += count[u]
+        dist, count = _bfs_counts(children, row["root"])
         symbols = row["idx_to_symbol"]
         totals["nodes"] += len(symbols)
         totals["edges"] += len(row["edges"])
