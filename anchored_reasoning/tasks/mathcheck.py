@@ -7,8 +7,7 @@ thread of the main interpreter. :func:`check_math` picks one of two paths:
   off, under our ``setitimer`` deadline (sub-second resolution). The deadline exception
   derives from ``BaseException`` so math-verify's ``except Exception`` cannot swallow it.
 * **worker process** (any other thread, or ``mode="process"``): the comparison is sent to
-  a small pool of long-lived ``python -m anchored_reasoning.tasks.mathcheck`` workers over
-  pipes. The caller waits at most ``timeout`` (+ a start-up allowance); a worker that
+  a small pool of long-lived worker processes (``_worker_main``) over pipes. The caller waits at most ``timeout`` (+ a start-up allowance); a worker that
   misses its deadline is killed and replaced, so a pathological input never hangs the
   caller. The worker itself uses the in-process path, so most timeouts are reported by
   the worker without being killed.
@@ -24,6 +23,7 @@ regular expression inside math-verify, for instance). ``mode="process"`` (or
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -142,18 +142,37 @@ def _can_use_signals() -> bool:
 
 
 def _compare_in_process(gold: str, pred: str, timeout: float, want_integer: bool = False) -> MathCheck:
+    fired = False
+    active = True
+
     def _on_alarm(signum, frame):  # noqa: ARG001
-        raise _Deadline()
+        nonlocal fired
+        if active:  # once we are unwinding, late re-fires are ignored
+            fired = True
+            raise _Deadline()
 
     previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(timeout, 1e-3))
+    # The interval re-fires the alarm every 50 ms after the deadline: code that swallows the
+    # first exception with a bare ``except:`` is interrupted again until the call unwinds.
+    signal.setitimer(signal.ITIMER_REAL, max(timeout, 1e-3), 0.05)
     try:
-        return _compare_unguarded(gold, pred, want_integer)
+        result = _compare_unguarded(gold, pred, want_integer)
     except _Deadline:
-        return MathCheck(equal=False, error="timeout")
+        active = False
+        result = MathCheck(equal=False, error="timeout")
+    except DataError:
+        active = False
+        if not fired:
+            raise
+        # the deadline hit while the gold was parsed and something swallowed it
+        result = MathCheck(equal=False, error="timeout")
     finally:
+        active = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if fired:
+        return MathCheck(equal=False, error="timeout")
+    return result
 
 
 # ----------------------------------------------------------------------------- worker pool
@@ -164,7 +183,7 @@ class _Worker:
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "anchored_reasoning.tasks.mathcheck", "--worker"],
+            [sys.executable, "-c", "from anchored_reasoning.tasks.mathcheck import _worker_main; _worker_main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -249,6 +268,7 @@ class _Pool:
 
 
 _POOL = _Pool()
+atexit.register(_POOL.close)
 
 
 def _compare_in_worker(gold: str, pred: str, timeout: float, want_integer: bool = False) -> MathCheck:
@@ -310,6 +330,3 @@ def _worker_main() -> None:
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 
-
-if __name__ == "__main__" and "--worker" in sys.argv:
-    _worker_main()
