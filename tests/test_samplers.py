@@ -153,7 +153,7 @@ def test_model_fn_indirection_sees_every_call():
     model = tiny(ADLM)
     calls = []
 
-    def cached(z, step):  # e.g. an anchor cache: refresh the anchor every 2 steps
+    def cached(z, step):  # a hand-written cache policy: refresh the anchor every 2 steps
         calls.append(step)
         if step % 2 == 0 or not hasattr(cached, "anchor"):
             cached.anchor = model.anchor_forward(z)
@@ -227,3 +227,20 @@ def test_external_checkpoint_through_the_adapter(tmp_path):
     assert isinstance(load_masked_diffusion_model(str(tmp_path / "adlm")), ADLM)
     with pytest.raises(ConfigError, match="differs"):
         load_masked_diffusion_model(str(tmp_path / "adlm"), mask_token_id=MASK + 1)
+
+
+def test_anchor_cache_k1_is_exact_and_counts_refreshes():
+    from anchored_reasoning.sampling import AnchorCacheModelFn
+
+    model = tiny(ADLM)
+    prompt = torch.randint(4, V, (2, 3))
+    cfg = SamplerConfig(remasking="low_confidence", steps=10, gen_length=10, temperature=1.0, seed=5)
+    plain, _ = sample(model, prompt, cfg)
+    k1 = AnchorCacheModelFn(model, refresh_every=1)
+    cached, stats = sample(model, prompt, cfg, model_fn=k1)
+    assert torch.equal(plain, cached) and k1.anchor_calls == stats.nfe == 10
+    k3 = AnchorCacheModelFn(model, refresh_every=3)
+    _, stats = sample(model, prompt, cfg, model_fn=k3)
+    assert k3.calls == stats.nfe == 10 and k3.anchor_calls == 4  # ceil(10 / 3)
+    with pytest.raises(ConfigError, match="anchor_forward"):
+        AnchorCacheModelFn(tiny(MDLM))

@@ -2,7 +2,8 @@
 Fast-dLLM confidence threshold) behind one :class:`SamplerConfig`, and adapters for external
 masked-diffusion checkpoints. See ``samplers.py`` for the semantics."""
 from .adapters import MaskedDiffusionAdapter, load_masked_diffusion_model
+from .cache import AnchorCacheModelFn
 from .samplers import LOCKED_IN, REMASKING, ModelFn, SampleStats, SamplerConfig, make_model_fn, model_info, sample
 
 __all__ = ["SamplerConfig", "SampleStats", "sample", "make_model_fn", "model_info", "ModelFn", "REMASKING",
-           "LOCKED_IN", "MaskedDiffusionAdapter", "load_masked_diffusion_model"]
+           "LOCKED_IN", "AnchorCacheModelFn", "MaskedDiffusionAdapter", "load_masked_diffusion_model"]
