@@ -324,3 +324,32 @@ def test_grade_batch_maps_for_non_code_tasks():
     assert grades[1].extracted is None
     with pytest.raises(ValueError):
         task.grade_batch(["True"], [])
+
+
+# ----------------------------------------------------------------------------- junk never crashes
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = list("0123456789 .,$-+*/=()[]{}\\#:abcxyzABCD\n") + [
+    "\\boxed{", "answer is ", "#### ", "**", "True", "Sally is a ", "sterpus", "\\frac{",
+]
+_JUNK = st.lists(st.sampled_from(_PIECES), max_size=40).map("".join)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(completion=_JUNK)
+def test_junk_completions_grade_without_errors(completion):
+    cases = [
+        ("gsm8k", _ex("18")),
+        ("aime24", _ex("25")),
+        ("gpqa_diamond", _ex("C", choices=["w", "x", "y", "z"])),
+        ("prontoqa", _ex("True")),
+        ("prosqa", PROSQA_EX),
+    ]
+    for name, example in cases:
+        grade = get_task(name).grade(completion, example)
+        assert isinstance(grade.correct, bool)
+        assert grade.extracted is None or isinstance(grade.extracted, str)
+        if grade.extracted is None:
+            assert grade.correct is False
