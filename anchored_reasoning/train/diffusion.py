@@ -1,0 +1,411 @@
+"""The ``diffusion`` trainer: MDLM / ADLM pretraining on raw text and SFT on reasoning tasks.
+
+    anchored-reasoning train diffusion_pretrain_tiny_adlm training.max_steps=200
+    anchored-reasoning train diffusion_sft_prosqa_adlm data.train.n=2000
+    accelerate launch -m anchored_reasoning.cli train diffusion_pretrain_tiny_mdlm
+
+A recipe (YAML, see ``train/diffusion_*.yaml``)::
+
+    trainer: diffusion
+    seed: 0
+    output_dir: runs/adlm-wikitext
+    task: prosqa                       # SFT only: the task whose rendering/anchors are used
+    model:
+      arch: adlm                       # mdlm | adlm (from scratch, with preset) ...
+      preset: tiny                     # tiny | small | paper (anchored_reasoning.models.PRESETS)
+      config: {num_hidden_layers: 4}   # overrides of the preset's fields
+      name: null                       # ... or a checkpoint to fine-tune (path / Hub id)
+      tokenizer: train                 # train a byte-level BPE on the training text, or a path
+      tokenizer_vocab_size: 1024
+    method: {name: cot, options: {}}   # SFT: trained-style rendering (nocot, cot, pause, stepwise)
+    data:
+      # pretraining: a text corpus (relative paths are looked up in $ANCHORED_REASONING_DATA)
+      text_file: corpora/wikitext2_valid.txt
+      valid_text_file: corpora/wikitext2_test.txt   # perplexity bound after training
+      seq_len: 128
+      split_lines: false               # true: every line is a document (EOS between lines)
+      # SFT: examples from a generator or a task split (as in the ``ar`` trainer)
+      train: {generator: prosqa, n: 2000, params: {num_nodes: 8}}
+      valid: {generator: prosqa, n: 64, seed: 1}
+      max_length: 256                  # <= the model's max_position_embeddings
+      overlong: error                  # or drop (dropped rows are counted in the log)
+      anchors: frequency               # anchored SFT: frequency (tau rule) or task (task's extractor)
+    training:                          # DiffusionSFTConfig fields (TRL SFTConfig + diffusion ones)
+      diffusion_mode: pretrain         # or sft
+      anchored: true                   # ANELBO (ADLM only)
+      anchor_gamma: 3.0e-3
+      max_steps: 500
+      bf16: auto                       # auto = bf16 on a CUDA GPU that supports it, fp32 elsewhere
+
+``run`` validates every key before any work (unknown keys fail, naming the key), builds the
+tokenizer and model, trains with :class:`~anchored_reasoning.train.diffusion_trainer.DiffusionSFTTrainer`,
+and saves ``save_pretrained`` weights (loadable with ``AutoModelForMaskedLM`` after
+``import anchored_reasoning.models``), the tokenizer, ``anchored_reasoning.json`` (SFT: method,
+options, task, backend ``diffusion``) and ``train_summary.json`` (log history, timing, the final
+perplexity bound when a validation text is given).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from anchored_reasoning.errors import ConfigError, DataError
+from anchored_reasoning.train import recipes as recipes_mod
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_META = "anchored_reasoning.json"
+ARCHS = ("mdlm", "adlm")
+
+_DATA_SPEC = recipes_mod.AR_SCHEMA["data"]["train"]  # {generator, split, n, limit, seed, params, data_dir}
+
+
+def _schema() -> dict[str, Any]:
+    from anchored_reasoning.train.diffusion_trainer import DiffusionSFTConfig
+
+    return {
+        "trainer": None,
+        "extends": None,
+        "description": None,
+        "task": None,
+        "seed": None,
+        "output_dir": None,
+        "model": {"arch": None, "preset": None, "config": None, "name": None, "tokenizer": None,
+                  "tokenizer_vocab_size": None, "dtype": None},
+        "method": {"name": None, "options": None},
+        "data": {
+            "text_file": None, "valid_text_file": None, "seq_len": None, "split_lines": None,
+            "max_train_tokens": None, "ppl_t_samples": None,
+            "train": dict(_DATA_SPEC), "valid": dict(_DATA_SPEC),
+            "max_length": None, "overlong": None, "anchors": None,
+        },
+        "training": {f.name: None for f in dataclasses.fields(DiffusionSFTConfig) if f.init},
+    }
+
+
+def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Load (name / path / dict), apply dotted overrides, validate against the diffusion schema."""
+    loaded = recipes_mod.load_recipe(recipe) if not isinstance(recipe, Mapping) else dict(recipe)
+    loaded = recipes_mod.apply_overrides(loaded, list(overrides))
+    recipes_mod.validate(loaded, _schema())
+    if loaded.get("trainer", "diffusion") != "diffusion":
+        raise ConfigError(f"recipe trainer is {loaded.get('trainer')!r}; this is the 'diffusion' trainer")
+    return loaded
+
+
+def data_path(value: str) -> Path:
+    """A corpus path: absolute / existing relative paths as given, else under the data folder."""
+    from anchored_reasoning.resources import data_dir
+
+    p = Path(str(value)).expanduser()
+    if p.is_file():
+        return p
+    root = data_dir()
+    if root is not None and (root / p).is_file():
+        return root / p
+    raise DataError(
+        f"text file {value!r} not found (as a path, or under $ANCHORED_REASONING_DATA="
+        f"{root if root is not None else 'unset'}); set ANCHORED_REASONING_DATA to the data folder or give a full path"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# config, tokenizer, model
+
+def make_config(recipe: Mapping[str, Any], output_dir: Path):
+    """The :class:`DiffusionSFTConfig` of the recipe's ``training`` section (``bf16: auto`` resolved)."""
+    import torch
+
+    from anchored_reasoning.train.diffusion_trainer import DiffusionSFTConfig
+
+    training = dict(recipe.get("training") or {})
+    training.setdefault("seed", int(recipe.get("seed", 0)))
+    training["output_dir"] = str(output_dir)
+    bf16 = training.get("bf16", "auto")
+    if bf16 in (None, "auto"):
+        training["bf16"] = None  # DiffusionSFTConfig: bf16 on a CUDA GPU that supports it, else fp32
+    elif bf16 and not torch.cuda.is_available():
+        raise ConfigError("training.bf16=true needs a CUDA GPU with bfloat16; use bf16: auto (fp32 on CPU) or false")
+    try:
+        return DiffusionSFTConfig(**training)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"recipe 'training' section: {exc}") from None
+
+
+def build_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], out_dir: Path):
+    """A tokenizer with pad, EOS, mask and the trained-format special tokens."""
+    from transformers import AutoTokenizer
+
+    from anchored_reasoning.methods.anchored import add_special_tokens
+
+    spec = model_cfg.get("tokenizer")
+    if spec in (None, "train"):
+        if not texts:
+            raise ConfigError("model.tokenizer: train needs training text")
+        from anchored_reasoning.testing import train_tiny_tokenizer
+
+        tok = train_tiny_tokenizer(out_dir, texts=texts, vocab_size=int(model_cfg.get("tokenizer_vocab_size", 1024)))
+    else:
+        from anchored_reasoning.models.zoo import resolve_model
+
+        tok = AutoTokenizer.from_pretrained(resolve_model(str(spec)))
+    if tok.eos_token is None:
+        raise ConfigError(f"tokenizer {spec!r} has no EOS token; diffusion training appends EOS to every row")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if tok.mask_token is None:
+        tok.add_special_tokens({"mask_token": "<mask>"})
+    add_special_tokens(tok)
+    tok.padding_side = "left"
+    return tok
+
+
+def resize_vocab(model, new_size: int) -> None:
+    """Grow every vocabulary-sized layer of an MDLM/ADLM (embedding, output heads, ADLM's anchor
+    head and projection) to ``new_size``. New output rows are initialised like the model's; new input
+    columns (ADLM's projection of the anchor logits) start at zero, so the denoiser's input for the old
+    vocabulary is unchanged."""
+    import torch
+    from torch import nn
+
+    old = int(model.config.vocab_size)
+    if new_size <= old:
+        return
+    std = float(getattr(model.config, "initializer_range", 0.02))
+
+    def grow(param: torch.Tensor, dim: int, zero: bool = False) -> nn.Parameter:
+        shape = list(param.shape)
+        shape[dim] = new_size - old
+        extra = torch.zeros(shape, dtype=param.dtype, device=param.device)
+        if param.dim() > 1 and not zero:
+            extra.normal_(0.0, std)
+        return nn.Parameter(torch.cat([param.data, extra], dim=dim))
+
+    for module in model.modules():
+        if isinstance(module, nn.Embedding) and module.num_embeddings == old:
+            module.weight = grow(module.weight, 0)
+            module.num_embeddings = new_size
+        elif isinstance(module, nn.Linear):
+            if module.out_features == old:
+                module.weight = grow(module.weight, 0)
+                if module.bias is not None:
+                    module.bias = grow(module.bias, 0)
+                module.out_features = new_size
+            if module.in_features == old:
+                module.weight = grow(module.weight, 1, zero=True)
+                module.in_features = new_size
+    model.config.vocab_size = new_size
+
+
+def build_model(model_cfg: Mapping[str, Any], tokenizer, seed: int):
+    """An MDLM/ADLM from a preset (random init, seeded) or ``from_pretrained`` on ``name``."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    import anchored_reasoning.models as models
+
+    preset, name = model_cfg.get("preset"), model_cfg.get("name")
+    if bool(preset) == bool(name):
+        raise ConfigError("recipe 'model' needs exactly one of 'preset' (from scratch) or 'name' (a checkpoint to fine-tune)")
+    ids = dict(vocab_size=len(tokenizer), mask_token_id=tokenizer.mask_token_id, pad_token_id=tokenizer.pad_token_id,
+               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    if preset:
+        arch = str(model_cfg.get("arch", "mdlm")).lower()
+        if arch not in ARCHS:
+            raise ConfigError(f"model.arch={arch!r}; choose one of {ARCHS}")
+        if preset not in models.PRESETS:
+            raise ConfigError(f"unknown model preset {preset!r}; known: {', '.join(models.PRESETS)}")
+        cls, cfg_cls = (models.MDLM, models.MDLMConfig) if arch == "mdlm" else (models.ADLM, models.ADLMConfig)
+        try:
+            config = cfg_cls.from_preset(preset, **{**ids, **dict(model_cfg.get("config") or {})})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"model.config: {exc}") from None
+        torch.manual_seed(seed)
+        return cls(config)
+    from anchored_reasoning.models.zoo import resolve_model
+
+    kwargs = {"dtype": getattr(torch, str(model_cfg["dtype"]))} if model_cfg.get("dtype") else {}
+    model = AutoModelForMaskedLM.from_pretrained(resolve_model(str(name)), **kwargs)
+    if getattr(model.config, "mask_token_id", None) is None:
+        raise ConfigError(f"checkpoint {name!r} has no mask_token_id in its config; it is not a masked diffusion model")
+    if model.config.mask_token_id != tokenizer.mask_token_id:
+        raise ConfigError(
+            f"checkpoint {name!r} uses mask id {model.config.mask_token_id} but its tokenizer's <mask> is "
+            f"{tokenizer.mask_token_id}; load the tokenizer saved with the checkpoint (model.tokenizer unset)")
+    if len(tokenizer) > model.config.vocab_size:
+        logger.info("growing the vocabulary %d -> %d for the trained-format special tokens", model.config.vocab_size, len(tokenizer))
+        resize_vocab(model, len(tokenizer))
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+def pretrain_rows(recipe: Mapping[str, Any], tokenizer, max_positions: int):
+    """Packed blocks of the recipe's ``data.text_file`` (training) and ``valid_text_file`` (eval)."""
+    from anchored_reasoning.train.diffusion_data import pack_token_blocks, packed_rows, read_text_documents, tokenize_documents
+
+    data = dict(recipe.get("data") or {})
+    if not data.get("text_file"):
+        raise ConfigError("pretraining needs data.text_file (a text corpus)")
+    seq_len = int(data.get("seq_len", min(128, max_positions)))
+    if seq_len > max_positions:
+        raise ConfigError(f"data.seq_len={seq_len} exceeds the model's max_position_embeddings={max_positions}")
+    docs = read_text_documents(data_path(data["text_file"]), split_lines=bool(data.get("split_lines", False)))
+    ids = tokenize_documents(tokenizer, docs)
+    if data.get("max_train_tokens"):
+        ids = ids[: int(data["max_train_tokens"])]
+    blocks = pack_token_blocks(ids, seq_len, keep_last=False)
+    if not blocks:
+        raise DataError(f"{data['text_file']}: {len(ids)} tokens is less than one block of seq_len={seq_len}")
+    logger.info("pretraining data: %d tokens -> %d blocks of %d", len(ids), len(blocks), seq_len)
+    return packed_rows(blocks), seq_len
+
+
+def sft_rows(examples, method, task_name, tokenizer, max_length: int, overlong: str, anchors: str | None, where: str):
+    from anchored_reasoning.anchors import extract_anchors
+    from anchored_reasoning.train.diffusion_data import encode_sft_rows
+
+    rows = []
+    for ex in examples:
+        r = method.render(ex, task_name)
+        rows.append({"id": ex.id, "prompt": r.prompt, "completion": r.target,
+                     "anchors": extract_anchors(ex, task_name) if anchors == "task" else None})
+    return encode_sft_rows(tokenizer, rows, max_length, overlong=overlong,
+                           anchor_source="task" if anchors == "task" else None, where=where)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+
+def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
+    """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
+    from datasets import Dataset
+
+    from anchored_reasoning.train.curriculum import TimeBudgetCallback
+    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
+
+    recipe = resolve_recipe(recipe, overrides)  # unknown keys fail here, before any work
+    seed = int(recipe.get("seed", 0))
+    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'diffusion'))).stem}")
+    config = make_config(recipe, output_dir)
+    mode = config.diffusion_mode
+    model_cfg = dict(recipe.get("model") or {})
+    if not model_cfg:
+        raise ConfigError("recipe needs a 'model' section (arch + preset, or name)")
+    data = dict(recipe.get("data") or {})
+    task_name = recipe.get("task")
+    t0 = time.monotonic()
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    method = None
+    train_examples, valid_examples = [], []
+    if mode == "sft":
+        from anchored_reasoning.methods import get_method
+        from anchored_reasoning.train.ar import load_split
+
+        method_cfg = dict(recipe.get("method") or {})
+        if not method_cfg.get("name"):
+            raise ConfigError("SFT recipes need method.name (nocot, cot, pause or stepwise)")
+        method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
+        if getattr(method, "anchored", False):
+            raise ConfigError(
+                f"method {method.name!r} puts [ANT] slots in the prompt for an AR anchor loss; diffusion SFT anchors the "
+                "response instead: use method cot (or nocot/pause/stepwise) with training.anchored: true")
+        train_examples = load_split(data.get("train"), task_name, seed)
+        if not train_examples:
+            raise DataError("recipe data.train produced no examples")
+        valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
+        texts = [(lambda r: r.prompt + r.target)(method.render(ex, task_name)) for ex in train_examples[:5000]]
+    else:
+        from anchored_reasoning.train.diffusion_data import read_text_documents
+
+        if not data.get("text_file"):
+            raise ConfigError("pretraining (training.diffusion_mode: pretrain) needs data.text_file")
+        texts = read_text_documents(data_path(data["text_file"]), split_lines=True)
+
+    if model_cfg.get("preset"):
+        tokenizer = build_tokenizer(model_cfg, texts, output_dir)
+    else:  # fine-tuning a checkpoint: its own tokenizer unless one is named
+        tok_spec = model_cfg.get("tokenizer") or model_cfg.get("name")
+        if tok_spec == "train":
+            raise ConfigError("model.tokenizer: train only applies to from-scratch models (model.preset)")
+        tokenizer = build_tokenizer({**model_cfg, "tokenizer": tok_spec}, [], output_dir)
+    model = build_model(model_cfg, tokenizer, seed)
+    max_positions = int(model.config.max_position_embeddings)
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("model: %s, %.2fM parameters", type(model).__name__, n_params / 1e6)
+
+    if mode == "sft":
+        max_length = int(data.get("max_length", max_positions))
+        if max_length > max_positions:
+            raise ConfigError(f"data.max_length={max_length} exceeds the model's max_position_embeddings={max_positions}")
+        anchors = data.get("anchors", "frequency")
+        if anchors not in ("frequency", "task"):
+            raise ConfigError(f"data.anchors={anchors!r}; choose frequency (tau rule) or task (the task's anchor extractor)")
+        anchors = anchors if config.anchored else None
+        overlong = str(data.get("overlong", "error"))
+        train_rows, stats = sft_rows(train_examples, method, task_name, tokenizer, max_length, overlong, anchors, "train")
+        valid_rows = sft_rows(valid_examples, method, task_name, tokenizer, max_length, overlong, anchors, "valid")[0] \
+            if valid_examples else []
+        encode_stats = dataclasses.asdict(stats)
+    else:
+        train_rows, seq_len = pretrain_rows(recipe, tokenizer, max_positions)
+        valid_rows, encode_stats = [], {"rows": len(train_rows), "seq_len": seq_len}
+    logger.info("data ready in %.1fs: %d train rows, %d valid rows", time.monotonic() - t0, len(train_rows), len(valid_rows))
+
+    collator = DiffusionCollator.for_tokenizer(tokenizer, eos_padding=config.eos_padding, max_length=max_positions)
+    budget = TimeBudgetCallback(config.max_train_seconds)
+    trainer = DiffusionSFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=Dataset.from_list(train_rows),
+        eval_dataset=Dataset.from_list(valid_rows) if valid_rows else None,
+        data_collator=collator,
+        processing_class=tokenizer,
+        callbacks=[budget],
+    )
+    t_train = time.monotonic()
+    trainer.train()
+    train_seconds = time.monotonic() - t_train
+
+    summary: dict[str, Any] = {
+        "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
+        "recipe_source": recipe.get("_source"),
+        "mode": mode,
+        "arch": type(model).__name__,
+        "parameters": n_params,
+        "world_size": trainer.accelerator.num_processes,
+        "global_steps": trainer.state.global_step,
+        "train_seconds": round(train_seconds, 2),
+        "stopped_by_time_budget": budget.stopped_early,
+        "train_tokens": int(trainer._total_train_tokens),
+        "encode_stats": encode_stats,
+    }
+    if mode == "pretrain" and data.get("valid_text_file"):
+        from anchored_reasoning.commands.ppl import evaluate_text_file
+
+        bound = evaluate_text_file(trainer.accelerator.unwrap_model(trainer.model), tokenizer,
+                                   data_path(data["valid_text_file"]), seq_len=int(encode_stats["seq_len"]),
+                                   t_samples=int(data.get("ppl_t_samples", 4)), seed=seed)
+        summary["valid_perplexity_bound"] = bound
+        logger.info("valid perplexity bound %.2f (NELBO %.4f nats/token)", bound["perplexity"], bound["nelbo"])
+
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(output_dir))
+        meta = {"backend": "diffusion", "mode": mode, "arch": type(model).__name__.lower(), "task": task_name}
+        if method is not None:
+            meta.update({"method": method.name, "method_options": method.options, "style": "trained"})
+        else:
+            meta.update({"method": "text", "style": "pretrained"})
+        (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
+        summary["log_history"] = trainer.state.log_history
+        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    trainer.accelerator.wait_for_everyone()
+    logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
+    return output_dir
