@@ -5,9 +5,7 @@ import csv
 import gzip
 import io
 import json
-import os
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
