@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.tasks import format_choices, get_task, list_tasks, loaders
+from anchored_reasoning.tasks import format_choices, get_task, list_tasks
 from anchored_reasoning.types import Example
 
 BUILTIN = ["aime24", "aime25", "gpqa_diamond", "gsm8k", "humaneval", "prontoqa", "prosqa"]
