@@ -108,7 +108,8 @@ class OpenAIBackend:
 
     Args:
         model: the model name the server knows (for ``vllm serve`` and ``transformers serve``:
-            the path or Hub id it was started with). ``"auto"`` asks ``/v1/models``.
+            the path or Hub id it was started with; an alias such as ``smollm2-135m`` means the
+            local checkpoint ``anchored-reasoning serve smollm2-135m`` serves). ``"auto"`` asks ``/v1/models``.
         base_url: e.g. ``http://127.0.0.1:8000/v1``; default ``$OPENAI_BASE_URL`` or that address.
         api_key_env: name of the environment variable that holds the API key (may be unset
             for local servers).
@@ -154,7 +155,7 @@ class OpenAIBackend:
                 f"openai backend: api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
                 f"not the key itself"
             )
-        self.model = model
+        self.model = _served_name(model)
         self.base_url = normalize_base_url(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
         self.api_key_env = api_key_env
         self.mode = mode
@@ -455,6 +456,16 @@ class OpenAIBackend:
             raise BackendError(f"{self.base_url}/models lists no model; pass the model name explicitly")
         self.model = ids[0]
         logger.info("openai backend: using model %r from %s/models", self.model, self.base_url)
+
+
+def _served_name(model: str) -> str:
+    """A model alias (``smollm2-135m``) means the local checkpoint ``anchored-reasoning serve`` served
+    it from, which is the name the server knows; any other name is sent as given."""
+    try:
+        from anchored_reasoning.models.zoo import ALIASES, resolve_model
+    except ImportError:
+        return model
+    return str(resolve_model(model)) if model in ALIASES else model
 
 
 def model_has_chat_template(model: str) -> bool:

@@ -1,0 +1,111 @@
+"""Evaluation suites: validation, command-line overrides, the built-in suites, and an end-to-end run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.eval.suites import find_suite, load_suite, plan
+
+GSM8K_ROWS = [
+    {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "answer": "3+4=<<3+4=7>>7\n#### 7"},
+    {"question": "A box holds 12 eggs. How many eggs are in 2 boxes?", "answer": "12*2=<<12*2=24>>24\n#### 24"},
+    {"question": "What is 16 - 3 - 4?", "answer": "16-3-4=<<16-3-4=9>>9\n#### 9"},
+]
+
+
+def eval_args(*argv: str):
+    from anchored_reasoning.cli import build_parser
+
+    return build_parser().parse_args(["eval", *argv])
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_unknown_keys_and_missing_parts_are_named(tmp_path):
+    bad = write(tmp_path / "a.yaml", "model: m\nruns:\n  - {task: gsm8k, methods: [cot], temprature: 0.5}\n")
+    with pytest.raises(ConfigError, match=r"runs\[0\].*temprature"):
+        load_suite(bad)
+    with pytest.raises(ConfigError, match="unknown key.*modle"):
+        load_suite(write(tmp_path / "b.yaml", "modle: m\nruns: [{task: gsm8k, method: cot}]\n"))
+    with pytest.raises(ConfigError, match="'runs' must be a non-empty list"):
+        load_suite(write(tmp_path / "c.yaml", "model: m\n"))
+    with pytest.raises(ConfigError, match="'method' or 'methods'"):
+        load_suite(write(tmp_path / "d.yaml", "runs: [{task: gsm8k}]\n"))
+    with pytest.raises(ConfigError, match="run names repeat"):
+        load_suite(write(tmp_path / "e.yaml", "runs: [{task: gsm8k, method: cot}, {task: gsm8k, method: cot, n: 4}]\n"))
+    with pytest.raises(ConfigError, match="no suite file.*built-in suites:.*baselines"):
+        find_suite("no-such-suite")
+
+
+def test_builtin_baselines_suite_covers_the_benchmarks():
+    from anchored_reasoning.tasks import get_task
+
+    suite = load_suite("baselines")
+    assert suite.backend == "openai" and suite.compare
+    pairs = {(r.task, r.method) for r in suite.runs}
+    assert pairs == {(t, m) for t in ("gsm8k", "aime24", "aime25", "gpqa_diamond", "humaneval") for m in ("nocot", "cot")}
+    for r in suite.runs:
+        assert r.method in get_task(r.task).prompts  # every run has its prompt template
+    he = next(r for r in suite.runs if r.task == "humaneval")
+    assert he.settings["n"] == 10 and he.settings["temperature"] > 0
+    small = load_suite("smollm2-gsm8k")
+    assert [r.settings["limit"] for r in small.runs] == [50, 50] and small.model == "smollm2-135m"
+
+
+def test_command_line_overrides_and_filters(tmp_path):
+    suite_file = write(tmp_path / "s.yaml", (
+        "model: base/model\nbackend: openai\nbackend_args: {base_url: 'http://h:1/v1', concurrency: 4}\n"
+        "defaults: {limit: 10, n: 2, temperature: 0.5}\n"
+        "runs:\n  - {task: gsm8k, methods: [nocot, cot]}\n  - {task: aime24, method: cot, n: 4}\n"
+    ))
+    suite = load_suite(suite_file)
+    spec, runs = plan(suite, eval_args(str(suite_file)))  # nothing given: the suite's own settings
+    assert spec == {"backend": "openai", "model": "base/model", "options": {"base_url": "http://h:1/v1", "concurrency": 4}}
+    assert [(r.name, r.settings["n"], r.settings["limit"]) for r in runs] == [("gsm8k-nocot", 2, 10), ("gsm8k-cot", 2, 10), ("aime24-cot", 4, 10)]
+    args = eval_args(str(suite_file), "--limit", "3", "--n", "1", "--model", "other", "--base-url", "http://x:2/v1",
+                     "--backend-arg", "concurrency=8", "--method", "cot")
+    spec, runs = plan(suite, args)
+    assert spec["model"] == "other" and spec["options"] == {"base_url": "http://x:2/v1", "concurrency": 8}
+    assert [(r.name, r.settings["limit"]) for r in runs] == [("gsm8k-cot", 3), ("aime24-cot", 3)]
+    assert all(r.settings["n"] == 4 or r.task != "aime24" for r in runs)  # --n 1 is the default: no override
+    with pytest.raises(ConfigError, match="no run matches"):
+        plan(suite, eval_args(str(suite_file), "--task", "humaneval"))
+
+
+@pytest.mark.slow
+def test_suite_runs_end_to_end_and_resumes(tmp_path, capsys):
+    import torch
+
+    torch.set_num_threads(1)
+    from anchored_reasoning.cli import main
+    from anchored_reasoning.testing import make_tiny_causal_lm
+
+    model = make_tiny_causal_lm(tmp_path / "tiny")
+    data = tmp_path / "data" / "gsm8k"
+    data.mkdir(parents=True)
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GSM8K_ROWS))
+    out = tmp_path / "out"
+    suite_file = write(tmp_path / "tiny.yaml", (
+        f"name: tiny\nmodel: {model}\nbackend: hf\nbackend_args: {{device: cpu}}\nout: {out}\n"
+        "defaults: {max_new_tokens: 6}\nruns:\n  - {task: gsm8k, methods: [nocot, cot]}\n"
+    ))
+    argv = ["eval", str(suite_file), "--data-dir", str(tmp_path / "data"), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "McNemar exact p" in printed and "suite tiny: 2 runs" in printed
+    for name in ("gsm8k-nocot", "gsm8k-cot"):
+        lines = (out / name / "records.jsonl").read_text().splitlines()
+        assert len(lines) == 3
+    assert (out / "compare" / "accuracy.png").is_file() and (out / "summary.md").is_file()
+    plan_saved = json.loads((out / "suite.json").read_text())
+    assert [r["name"] for r in plan_saved["runs"]] == ["gsm8k-nocot", "gsm8k-cot"]
+    before = (out / "gsm8k-cot" / "records.jsonl").read_text()
+    assert main(argv) == 0  # rerun: resumes, nothing generated again
+    assert (out / "gsm8k-cot" / "records.jsonl").read_text() == before
+    sessions = json.loads((out / "gsm8k-cot" / "config.json").read_text())["sessions"]
+    assert len(sessions) == 2 and sessions[-1]["generated"] == 0
