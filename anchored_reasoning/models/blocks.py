@@ -131,9 +131,7 @@ def subs_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, mask_token_id:
     is_mask_token = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
     is_mask_token[mask_token_id] = True
     log_probs = logits.float().masked_fill(is_mask_token, NEG_INF).log_softmax(dim=-1)
-    unmasked = input_ids != mask_token_id
-    if unmasked.any():
-        carry = torch.full_like(log_probs, NEG_INF)
-        carry.scatter_(-1, input_ids.unsqueeze(-1), 0.0)
-        log_probs = torch.where(unmasked.unsqueeze(-1), carry, log_probs)
-    return log_probs
+    unmasked = (input_ids != mask_token_id).unsqueeze(-1)
+    # carry-over without a second (B, L, V) buffer: blank unmasked rows, then put 0 at their token
+    carried = torch.where(unmasked, 0.0, NEG_INF).to(log_probs.dtype)
+    return log_probs.masked_fill(unmasked, NEG_INF).scatter(-1, input_ids.unsqueeze(-1), carried)
