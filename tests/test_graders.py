@@ -353,3 +353,28 @@ def test_junk_completions_grade_without_errors(completion):
         assert grade.extracted is None or isinstance(grade.extracted, str)
         if grade.extracted is None:
             assert grade.correct is False
+
+
+HOSTILE = [
+    "answer" + " " * 20000 + "!",
+    "The answer is" + " " * 20000 + "x",
+    "#### " + " " * 20000,
+    "** " * 10000,
+    "\n" * 20000 + "x",
+    "\\boxed{" * 10000,
+    "\\boxed{" * 10000 + "}" * 10000,
+    "answer is " * 5000,
+    "Sally is a " * 5000,
+]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)))
+def test_extractors_stay_fast_on_hostile_text(index):
+    from anchored_reasoning.tasks.extract import EXTRACTORS
+
+    text = HOSTILE[index]
+    start = time.monotonic()
+    for extractor in EXTRACTORS.values():
+        extractor(text, PROSQA_EX)
+    # linear-time patterns take milliseconds here; backtracking ones took minutes
+    assert time.monotonic() - start < 5

@@ -48,20 +48,35 @@ def normalize_number(text: str) -> str | None:
     return None
 
 
-def find_boxed(text: str) -> list[str]:
-    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces, in order."""
-    out: list[str] = []
-    for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, match.end()
-        while i < len(text) and depth:
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-            i += 1
-        if depth == 0:
-            out.append(text[match.end() : i - 1].strip())
+def boxed_spans(text: str) -> list[tuple[int, int, int]]:
+    """``(position, content_start, content_end)`` of every ``\\boxed{...}`` / ``\\fbox{...}``
+    with balanced braces, ordered by position.
+
+    One pass with a brace stack and no slicing, so deeply nested or unclosed boxes cost
+    linear time; callers slice only the contents they need.
+    """
+    opening = {m.end() - 1: m.start() for m in re.finditer(r"\\(?:boxed|fbox)[ \t]*+\{", text)}
+    if not opening:
+        return []
+    stack: list[int] = []
+    out: list[tuple[int, int, int]] = []
+    for i, char in enumerate(text):
+        if char == "{":
+            stack.append(i)
+        elif char == "}" and stack:
+            j = stack.pop()
+            if j in opening:
+                out.append((opening[j], j + 1, i))
+    out.sort()
     return out
+
+
+def find_boxed(text: str, max_len: int | None = None) -> list[str]:
+    """Contents of every ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces, in order
+    (only those of at most ``max_len`` characters, when given)."""
+    return [
+        text[a:b].strip() for _, a, b in boxed_spans(text) if max_len is None or b - a <= max_len
+    ]
 
 
 def _unwrap_latex(text: str) -> str:
@@ -76,10 +91,11 @@ def _unwrap_latex(text: str) -> str:
 
 # ----------------------------------------------------------------------------- numbers
 
+# Possessive quantifiers (*+, ++) keep these linear on long runs of spaces or asterisks.
 _STRICT_MARKERS = [
-    re.compile(r"####\s*(" + _NUMBER + r")"),
-    re.compile(r"(?i)\b(?:the\s+)?(?:final\s+)?answer\s+is\s*:?\s*\**\s*(" + _NUMBER + r")"),
-    re.compile(r"(?i)\b(?:final\s+)?answer\s*:\s*\**\s*(" + _NUMBER + r")"),
+    re.compile(r"####[\s*]*+(" + _NUMBER + r")"),
+    re.compile(r"(?i)\banswer\s++is[\s:*]*+(" + _NUMBER + r")"),
+    re.compile(r"(?i)\banswer[ \t]*+:[\s*]*+(" + _NUMBER + r")"),
 ]
 
 
@@ -90,12 +106,11 @@ def gsm8k_strict(completion: str, example: Example | None = None) -> str | None:
             value = normalize_number(m.group(1))
             if value is not None:
                 candidates.append((m.start(), value))
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", completion):
-        boxed = find_boxed(completion[m.start() :])
-        if boxed:
-            value = normalize_number(_unwrap_latex(boxed[0]).replace("\\$", ""))
+    for start, a, b in boxed_spans(completion):
+        if b - a <= 64:  # longer contents cannot be one number
+            value = normalize_number(_unwrap_latex(completion[a:b]).replace("\\$", ""))
             if value is not None:
-                candidates.append((m.start(), value))
+                candidates.append((start, value))
     if not candidates:
         return None
     return max(candidates)[1]
@@ -114,16 +129,17 @@ def last_number(completion: str, example: Example | None = None) -> str | None:
 
 
 _FINAL_PHRASES = [
-    re.compile(r"(?i)\banswer\s+is\s*:?\s*\$?\s*([^\s$]+)"),
-    re.compile(r"(?i)\banswer\s*:\s*\$?\s*([^\s$]+)"),
-    re.compile(r"####\s*([^\s]+)"),
+    re.compile(r"(?i)\banswer\s++is[\s:$]*+([^\s$]+)"),
+    re.compile(r"(?i)\banswer[ \t]*+:[\s$]*+([^\s$]+)"),
+    re.compile(r"####\s*+([^\s]+)"),
 ]
 
 
 def math_final(completion: str, example: Example | None = None) -> str | None:
-    boxed = find_boxed(completion)
-    if boxed:
-        value = _unwrap_latex(boxed[-1])
+    spans = boxed_spans(completion)
+    if spans:
+        _, a, b = spans[-1]
+        value = _unwrap_latex(completion[a:b])
         return value or None
     candidates: list[tuple[int, str]] = []
     for pattern in _FINAL_PHRASES:
@@ -140,20 +156,20 @@ def math_final(completion: str, example: Example | None = None) -> str | None:
 
 _L = "[A-J]"
 _ANSWER_PHRASE = re.compile(
-    r"(?i:\b(?:answer|option|choice)\b(?:\s+(?:is|would\s+be|should\s+be))?)\s*:?\s*"
-    r"\**\s*[\(\[]?\s*(" + _L + r")(?![A-Za-z])(\s+[a-z])?"
+    r"(?i:\b(?:answer|option|choice)\b(?:\s++(?:is|would\s++be|should\s++be)\b)?)"
+    r"[\s:*(\[]*+(" + _L + r")(?![A-Za-z])([ \t]++[a-z])?"
 )
-_LOWER_ANSWER = re.compile(r"(?i:\banswer\s*:)\s*\**\s*\(?([a-j])\)?\**\s*\.?\s*$", re.M)
-_BOLD = re.compile(r"\*\*\s*\(?(" + _L + r")\)?[.:)]?\s*\*\*")
+_LOWER_ANSWER = re.compile(r"(?i:\banswer[ \t]*+:)[ \t*(]*+([a-j])[)*. \t]*+$", re.M)
+_BOLD = re.compile(r"\*\*[ \t]*+\(?(" + _L + r")\)?[.:)]?[ \t]*+\*\*")
 _PAREN = re.compile(r"\((" + _L + r")\)")
-_LINE_START = re.compile(r"(?m)^\s*(" + _L + r")[.):](?:\s|$)")
+_LINE_START = re.compile(r"(?m)^[ \t]*+(" + _L + r")[.):](?:\s|$)")
 
 
 def choice_letter(completion: str, example: Example | None = None) -> str | None:
     n = len(example.choices) if example is not None and example.choices else 4
     valid = "ABCDEFGHIJ"[:n]
     # 1. a boxed letter
-    for content in reversed(find_boxed(completion)):
+    for content in reversed(find_boxed(completion, max_len=32)):
         letter = _unwrap_latex(content).strip("()[] .").upper()
         if len(letter) == 1 and letter in valid:
             return letter
