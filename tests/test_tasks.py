@@ -500,3 +500,29 @@ def test_templates_agree_with_the_instruct_methods():
         example = ex if name == "gpqa_diamond" else Example(id="1", question="Q {x}", answer="1", meta={"entry_point": "f"})
         for method in ("nocot", "cot"):
             assert get_method(method).prompt(example, task).text == task.format_prompt(method, example)
+
+
+HOOK_MODULE = """
+from anchored_reasoning.types import Example
+
+
+def strict_hook(row, ctx):
+    # fails with a plain KeyError on a row without "a"
+    return Example(id=str(row["id"]), question=row["q"], answer=str(row["a"]))
+"""
+
+
+def test_user_hook_by_import_path_and_its_errors(tmp_path, monkeypatch):
+    (tmp_path / "my_hooks_mod.py").write_text(HOOK_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    spec = USER_TASK.format(name="hooked").replace("loader: fields", "loader: 'my_hooks_mod:strict_hook'")
+    (tasks_dir / "hooked.yaml").write_text(spec)
+    _write_jsonl(tmp_path / "data" / "mine" / "test.jsonl", [{"id": 1, "q": "Q", "a": 2}])
+    monkeypatch.setenv("ANCHORED_REASONING_TASKS_DIR", str(tasks_dir))
+    (ex,) = get_task("hooked").load("test", data_dir=tmp_path / "data")
+    assert (ex.id, ex.answer) == ("1", "2")
+    _write_jsonl(tmp_path / "data" / "mine" / "test.jsonl", [{"id": 1, "q": "Q", "a": 2}, {"id": 2, "q": "Q"}])
+    with pytest.raises(DataError, match=r"test.jsonl:2: the row loader failed with KeyError"):
+        get_task("hooked").load("test", data_dir=tmp_path / "data")

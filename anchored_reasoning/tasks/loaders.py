@@ -541,6 +541,10 @@ def load_examples(
             example = hook(row, RowContext(index=index, split=split, options=options))
         except RowError as exc:
             raise DataError(f"{where}: {exc} (task {task!r}, split {split!r})") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a user hook's own checks
+            raise DataError(
+                f"{where}: the row loader failed with {type(exc).__name__}: {exc} (task {task!r}, split {split!r})"
+            ) from exc
         if not isinstance(example, Example):
             raise DataError(f"{where}: the row hook returned {type(example).__name__}, not an Example")
         if example.id in seen:
