@@ -26,7 +26,7 @@ PY = sys.executable
 
 
 def _layer_or_skip(layer: str) -> str:
-    ok, why = sandbox._layer_available(layer, os.path.realpath(PY))
+    ok, why = sandbox._layer_available(layer, os.path.abspath(PY))
     if not ok:
         pytest.skip(f"sandbox layer {layer!r} unavailable on this machine: {why}")
     return layer
@@ -78,13 +78,16 @@ def work_root(tmp_path):
     root = tmp_path / "work"
     root.mkdir()
     yield str(root)
-    assert list(root.iterdir()) == [], "the sandbox left its work dir behind"
+    sandbox.shutdown()
+    assert list(root.iterdir()) == [], "the sandbox left its worker dirs behind"
 
 
 def run(src: str, work_root: str | None = None, **kw) -> ExecResult:
     kw.setdefault("timeout_s", 5)
     result = run_program(src, work_root=work_root, **kw)
     _assert_nothing_left(result)
+    if work_root:  # each run's files are gone once it returns (worker dirs are reused)
+        assert list(Path(work_root).glob("*/*")) == [], "a run left files in its worker dir"
     return result
 
 
@@ -186,7 +189,7 @@ def test_file_size_limit(work_root):
 
 
 @pytest.mark.skipif(os.geteuid() == 0 and not NAMESPACED and not sandbox._will_drop(
-    SandboxConfig(), LAYER, os.path.realpath(PY)), reason="plain layer running as root: RLIMIT_NPROC is not enforced for root")
+    SandboxConfig(), LAYER, os.path.abspath(PY)), reason="plain layer running as root: RLIMIT_NPROC is not enforced for root")
 def test_fork_bomb_is_bounded_and_cleaned_up(work_root):
     src = ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     t = time.monotonic()
@@ -197,7 +200,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(work_root):
 # --------------------------------------------------------------------------- escaping the sandbox
 
 needs_isolation = pytest.mark.skipif(
-    not NAMESPACED and (os.geteuid() == 0 and not sandbox._will_drop(SandboxConfig(), LAYER, os.path.realpath(PY))),
+    not NAMESPACED and (os.geteuid() == 0 and not sandbox._will_drop(SandboxConfig(), LAYER, os.path.abspath(PY))),
     reason=f"layer {LAYER!r} runs programs as root here, which can write anywhere (documented in docs/sandbox.md)",
 )
 
@@ -330,6 +333,36 @@ def test_parallel_runner_keeps_order_and_isolates_runs(work_root):
     assert len({r.run_id for r in results}) == len(results)
 
 
+def test_runs_sharing_a_worker_leave_nothing_for_each_other(work_root):
+    # One worker: the second program runs in the same worker sandbox right after the first.
+    marker = f"ar-leftover-{secrets.token_hex(6)}"
+    first = (
+        "import os, subprocess, sys, tempfile\n"
+        "for d in ('/tmp', os.environ['HOME'], tempfile.gettempdir()):\n"
+        "    with open(os.path.join(d, 'leak.txt'), 'w') as f:\n"
+        "        f.write('secret')\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}], start_new_session=True)\n"
+    )
+    second = (
+        "import os, glob\n"
+        "print(sorted(glob.glob('/tmp/*leak*') + glob.glob('/tmp/*/leak.txt') + glob.glob('../*/leak.txt')))\n"
+        f"print([p for p in os.listdir('/proc') if p.isdigit() and {marker!r}.encode() in open(f'/proc/{{p}}/cmdline', 'rb').read()])\n"
+    )
+    a, b = run_programs([first, second], workers=1, work_root=work_root)
+    assert a.ok, a
+    assert b.ok and b.stdout == "[]\n[]\n", b
+    assert a.uid is None or a.uid != b.uid
+    _assert_nothing_left(a, extra_marker=marker)
+
+
+def test_explicit_pool_context_manager(work_root):
+    with sandbox.SandboxPool(LAYER, os.path.abspath(PY), work_root=work_root) as pool:
+        results = [pool.run(f"print({i})", SandboxConfig(timeout_s=5)) for i in range(3)]
+    assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
+    with pytest.raises(ConfigError, match="closed"):
+        pool.run("print(1)", SandboxConfig())
+
+
 def test_sandbox_info_reports_the_layer():
     info = sandbox.sandbox_info()
     assert info["layer"] == LAYER and info["memory_mb"] > 0
@@ -362,3 +395,16 @@ def test_unavailable_explicit_layer_is_a_config_error(monkeypatch):
     monkeypatch.setattr(sandbox, "_layer_available", lambda layer, python: (False, "not installed (test)"))
     with pytest.raises(ConfigError, match="not usable"):
         detect_layer("bwrap")
+
+
+def test_programs_run_on_the_callers_interpreter(work_root):
+    # Guards against a namespaced layer silently picking up another Python (e.g. the system libpython).
+    # (sys.base_prefix: the sandbox starts Python with -S, so a virtualenv's sys.prefix is not applied;
+    # its site-packages are put on sys.path instead, checked below.)
+    r = run("import sys\nprint(sys.base_prefix)\nprint(sys.version)\n", work_root)
+    assert r.stdout.split("\n")[:2] == [sys.base_prefix, sys.version]
+    r = run("import importlib.util\nprint(importlib.util.find_spec('pytest') is not None)\n", work_root,
+            site_packages=False)
+    assert r.stdout.strip() == "False"
+    r = run("import importlib.util\nprint(importlib.util.find_spec('pytest') is not None)\n", work_root)
+    assert r.stdout.strip() == "True"
