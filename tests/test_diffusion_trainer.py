@@ -81,7 +81,11 @@ def test_bad_rows_raise_clear_errors(tok):
 
 def test_overlong_rows_dropped_only_when_asked_and_counted(tok):
     rows = [{"id": "ok", "prompt": "Q", "completion": "4"},
-            {"id": "long", "prompt": "Q", "completion": "The answer is 4. " * 10}]
+            {"id": "long", "prompt": "Q", "completion": "The answer is 4. " * 10},
+            {"id": "empty", "prompt": "Q", "completion": ""}]
+    with pytest.raises(DataError, match="empty response"):
+        encode_sft_rows(tok, rows, 16, overlong="drop")  # dropping is for overlong rows only
+    rows = rows[:2]
     with pytest.raises(DataError, match="long"):
         encode_sft_rows(tok, rows, 16)
     out, stats = encode_sft_rows(tok, rows, 16, overlong="drop")

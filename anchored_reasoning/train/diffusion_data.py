@@ -29,6 +29,10 @@ IGNORE_INDEX = -100
 OVERLONG_POLICIES = ("error", "drop")
 
 
+class OverlongRow(DataError):
+    """A row that does not fit ``max_length`` (its prompt alone, or prompt + response + EOS)."""
+
+
 @dataclass
 class EncodeStats:
     """Counts reported after encoding a data set (dropped rows are never silent)."""
@@ -106,13 +110,13 @@ def encode_prompt_response(
     prompt_ids = _ids(tokenizer, prompt, special=True)
     response_ids = _ids(tokenizer, response, special=False) + [tokenizer.eos_token_id]
     if len(prompt_ids) >= max_length:
-        raise DataError(
+        raise OverlongRow(
             f"example {example_id}: the prompt alone is {len(prompt_ids)} tokens and fills the whole context "
             f"(max_length={max_length}); raise max_length (up to the model's max_position_embeddings) or shorten the prompt"
         )
     total = len(prompt_ids) + len(response_ids)
     if total > max_length:
-        raise DataError(
+        raise OverlongRow(
             f"example {example_id}: prompt + response + EOS is {total} tokens > max_length={max_length}; "
             "raise max_length, or set overlong: drop in the recipe to skip such rows (they are counted in the log)"
         )
@@ -155,12 +159,12 @@ def encode_sft_rows(
             enc = encode_prompt_response(
                 tokenizer, row["prompt"], row["completion"], max_length, example_id=ex_id, anchors=anchors,
             )
-        except DataError as exc:
-            if overlong == "drop" and "> max_length" in str(exc):
-                stats.dropped_overlong += 1
-                stats.dropped_ids.append(ex_id)
-                continue
-            raise
+        except OverlongRow:
+            if overlong != "drop":
+                raise
+            stats.dropped_overlong += 1
+            stats.dropped_ids.append(ex_id)
+            continue
         if anchor_source == "task":
             _, missing = anchor_mask_from_strings(tokenizer, row["completion"], anchors or [])
             stats.anchors_not_found += missing
