@@ -27,6 +27,13 @@ from anchored_reasoning.train.collate import IGNORE
 logger = logging.getLogger(__name__)
 
 
+def _accelerator_available() -> bool:
+    accel = getattr(torch, "accelerator", None)
+    if accel is not None and hasattr(accel, "is_available"):
+        return bool(accel.is_available())
+    return torch.cuda.is_available()
+
+
 @dataclass
 class AnchoredSFTConfig(SFTConfig):
     """SFTConfig plus the anchored-training fields. Defaults fit small models on CPU: fp32, no gradient
@@ -66,6 +73,7 @@ class AnchoredSFTConfig(SFTConfig):
     gradient_checkpointing: bool = False
     bf16: bool | None = False
     remove_unused_columns: bool = False
+    ddp_find_unused_parameters: bool | None = False
     dataset_kwargs: dict | str | None = field(default_factory=lambda: {"skip_prepare_dataset": True})
     report_to: str | list[str] | None = "none"
     save_strategy: str = "no"
@@ -73,6 +81,11 @@ class AnchoredSFTConfig(SFTConfig):
     learning_rate: float = 1e-4
 
     def __post_init__(self):
+        # Without an accelerator, tell TrainingArguments so: only then does a multi-process launch
+        # (torchrun, or `accelerate launch --multi_gpu`) on CPU form a real gloo process group;
+        # otherwise every process silently trains alone (world size 1).
+        if not self.use_cpu and not _accelerator_available():
+            self.use_cpu = True
         super().__post_init__()
         if self.curriculum_schedule not in ("epochs", "fraction"):
             from anchored_reasoning.errors import ConfigError
@@ -133,8 +146,16 @@ class AnchoredSFTTrainer(SFTTrainer):
         anchor_sum = -(log_probs * anchor_mask).sum()
         n_lm = lm_mask.sum()
         n_anchor = anchor_mask.sum()
-        lm_loss = lm_sum / n_lm.clamp(min=1)
-        anchor_loss = anchor_sum / n_anchor.clamp(min=1)
+        world = self.accelerator.num_processes
+        if world > 1 and self.args.average_tokens_across_devices:
+            # Normalise by the token counts of ALL processes (x world, since DDP averages gradients):
+            # a DDP step then follows exactly the gradient of one process on the whole global batch.
+            counts = self.accelerator.gather(torch.stack([n_lm, n_anchor]).unsqueeze(0)).sum(0)
+            lm_loss = lm_sum * world / counts[0].clamp(min=1)
+            anchor_loss = anchor_sum * world / counts[1].clamp(min=1)
+        else:
+            lm_loss = lm_sum / n_lm.clamp(min=1)
+            anchor_loss = anchor_sum / n_anchor.clamp(min=1)
         loss = lm_loss + self.gamma * anchor_loss
 
         # Metrics, summed over processes so that a DDP run logs the same numbers as one process.

@@ -1,0 +1,125 @@
+"""Recipe loading, overrides and validation; the built-in recipes are all valid; the tiny recipe trains."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.resources import builtin_dir
+from anchored_reasoning.train import recipes
+
+BUILTIN = sorted(p for p in builtin_dir("train").glob("*.yaml") if not p.name.startswith("_"))
+
+
+def test_overrides_parse_yaml_values_and_numbers():
+    assert recipes.parse_override("training.learning_rate=3e-4") == (["training", "learning_rate"], 3e-4)
+    assert recipes.parse_override("training.curriculum=true") == (["training", "curriculum"], True)
+    assert recipes.parse_override("method.options.k=2") == (["method", "options", "k"], 2)
+    assert recipes.parse_override("output_dir=/tmp/x") == (["output_dir"], "/tmp/x")
+    with pytest.raises(ConfigError, match="key.sub=value"):
+        recipes.parse_override("training.learning_rate")
+
+
+def test_apply_overrides_creates_and_replaces():
+    base = {"training": {"learning_rate": 1e-4}, "method": {"name": "cot"}}
+    out = recipes.apply_overrides(base, ["training.learning_rate=1e-3", "method.options.k=4"])
+    assert out["training"]["learning_rate"] == 1e-3 and out["method"]["options"] == {"k": 4}
+    assert base["training"]["learning_rate"] == 1e-4  # input untouched
+    with pytest.raises(ConfigError, match="is a value"):
+        recipes.apply_overrides(base, ["method.name.x=1"])
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("trainng.learning_rate=1", "trainng"),
+        ("training.learning_rat=1", "training.learning_rat"),
+        ("model.presett=gpt2-tiny", "model.presett"),
+        ("data.train.generatr=prosqa", "data.train.generatr"),
+    ],
+)
+def test_unknown_key_is_named(override, named):
+    with pytest.raises(ConfigError) as info:
+        recipes.resolve("tiny_test", [override])
+    assert repr(named) in str(info.value)
+
+
+def test_unknown_key_in_file_fails_before_training(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((builtin_dir("train") / "tiny_test.yaml").read_text() + "\nbogus_section: 1\n")
+    from anchored_reasoning.train import ar
+
+    def boom(*a, **k):  # pragma: no cover - reaching it is the failure
+        raise AssertionError("model was built before the recipe was validated")
+
+    monkeypatch.setattr(ar, "build_model_and_tokenizer", boom)
+    monkeypatch.setattr(ar, "load_split", boom)
+    with pytest.raises(ConfigError, match="'bogus_section'"):
+        ar.run(str(bad))
+
+
+def test_extends_merges_and_detects_cycles(tmp_path):
+    (tmp_path / "base.yaml").write_text("trainer: ar\ntraining: {learning_rate: 0.1, max_steps: 5}\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\ntraining: {max_steps: 7}\n")
+    r = recipes.load_recipe(tmp_path / "child.yaml")
+    assert r["training"] == {"learning_rate": 0.1, "max_steps": 7}
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        recipes.load_recipe(tmp_path / "a.yaml")
+
+
+def test_missing_recipe_lists_known():
+    with pytest.raises(ConfigError, match="tiny_test"):
+        recipes.find_recipe("no_such_recipe")
+
+
+def test_bad_training_value_is_a_config_error(tmp_path):
+    from anchored_reasoning.train import ar
+
+    with pytest.raises(ConfigError, match="curriculum_schedule"):
+        ar.run("tiny_test", ["training.curriculum_schedule=weekly", f"output_dir={tmp_path}"])
+
+
+@pytest.mark.parametrize("path", BUILTIN, ids=[p.stem for p in BUILTIN])
+def test_builtin_recipes_are_valid(path):
+    recipe = recipes.load_recipe(path)
+    if recipe.get("trainer") != "ar":
+        pytest.skip(f"{path.name} is a {recipe.get('trainer')} recipe (validated by its own trainer's tests)")
+    resolved = recipes.resolve(recipe)
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.train.ar import make_config
+
+    get_method(resolved["method"]["name"], style="trained", **(resolved["method"].get("options") or {}))
+    make_config(resolved, Path("/tmp/unused"))
+
+
+def test_cli_dry_run_prints_the_resolved_recipe(capsys):
+    from anchored_reasoning.cli import main
+
+    assert main(["train", "tiny_test", "training.max_steps=3", "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["training"]["max_steps"] == 3
+    assert main(["train", "tiny_test", "training.max_stepz=3", "--dry-run"]) == 1
+
+
+@pytest.mark.slow
+def test_tiny_recipe_trains_and_saves_a_loadable_checkpoint(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from anchored_reasoning.train import get_trainer
+
+    torch.set_num_threads(1)
+    out = get_trainer("ar")("tiny_test", [f"output_dir={tmp_path / 'ckpt'}"])
+    meta = json.loads((out / "anchored_reasoning.json").read_text())
+    assert meta["method"] == "acot" and meta["style"] == "trained" and meta["task"] == "prosqa"
+    assert meta["method_options"]["k"] == 2
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["global_steps"] == 4 and summary["world_size"] == 1
+    assert [h["stage"] for h in summary["curriculum_history"] if h["event"] == "stage"][0] == 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert "[ANT]" in tok.get_vocab() and model.get_input_embeddings().weight.shape[0] >= len(tok)
