@@ -119,7 +119,7 @@ def make_args(out_dir: Path, seed: int, max_steps: int, *, anchored: bool, mode:
         learning_rate=lr, lr_scheduler_type="constant_with_warmup", warmup_steps=min(args.warmup, max(1, max_steps // 10)),
         weight_decay=0.0, max_grad_norm=1.0, logging_steps=max(1, max_steps // 10), save_strategy="no",
         disable_tqdm=True, diffusion_mode=mode, anchored=anchored, anchor_gamma=args.gamma, anchor_tau=args.tau,
-        gamma_warmup_ratio=0.003, dataloader_pin_memory=False,
+        gamma_warmup_ratio=0.003,
     )
 
 
@@ -259,7 +259,7 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
                 f"data.train.n={args.sft_n}", f"data.train.seed={seed}", f"data.train.params.num_nodes={args.sft_nodes}",
                 "data.valid=null", f"training.max_steps={args.sft_steps}", f"training.per_device_train_batch_size={args.sft_batch}",
                 f"training.learning_rate={args.sft_lr}", f"training.anchored={'true' if arch == 'adlm' else 'false'}",
-                f"training.logging_steps={max(1, args.sft_steps // 5)}", "training.dataloader_pin_memory=false",
+                f"training.logging_steps={max(1, args.sft_steps // 5)}",
             ]
             t0 = time.perf_counter()
             ckpt = train_run("diffusion_sft_prosqa_" + arch, recipe_over)

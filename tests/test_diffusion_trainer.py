@@ -273,3 +273,28 @@ def test_resize_vocab_keeps_adlm_denoiser_input(tok):
         after = model.anchor_proj(model.anchor_forward(x))
     assert model.config.vocab_size == len(tok) + 3 and model.lm_head.out_features == len(tok) + 3
     torch.testing.assert_close(before, after)
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_processes(tmp_path):
+    """`accelerate launch` runs a diffusion recipe unchanged, as a real 2-process gloo group on CPU."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from anchored_reasoning.resources import builtin_dir
+
+    if shutil.which("accelerate") is None:
+        pytest.skip("the accelerate launcher is not on PATH")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    out = tmp_path / "ddp"
+    cmd = ["accelerate", "launch", "--config_file", str(builtin_dir("train") / "accelerate" / "ddp_cpu.yaml"),
+           "-m", "anchored_reasoning.cli", "train", "diffusion_tiny_test", f"output_dir={out}", "training.max_steps=2",
+           "training.per_device_train_batch_size=4"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_steps"] == 2
+    assert (out / "model.safetensors").is_file() and (out / "anchored_reasoning.json").is_file()

@@ -69,10 +69,18 @@ class DiffusionSFTConfig(SFTConfig):
     dataset_kwargs: dict[str, Any] | str | None = field(default_factory=lambda: {"skip_prepare_dataset": True})
     report_to: Any = "none"
     gradient_checkpointing: bool = False  # MDLM/ADLM do not implement it (TRL turns it on by default)
+    ddp_find_unused_parameters: bool | None = False  # every MDLM/ADLM parameter takes part in the loss
+    dataloader_pin_memory: bool = field(default_factory=lambda: torch.cuda.is_available())
 
     def __post_init__(self) -> None:
         if self.bf16 is None:  # TRL's default is bf16=True, which fails on CPU-only machines: use it where it works
             self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        accel = getattr(torch, "accelerator", None)
+        has_accel = bool(accel.is_available()) if accel is not None and hasattr(accel, "is_available") else torch.cuda.is_available()
+        if not self.use_cpu and not has_accel:
+            # Only with use_cpu does a multi-process CPU launch (torchrun / accelerate --multi_gpu) form a
+            # gloo group; otherwise each process would silently train alone.
+            self.use_cpu = True
         super().__post_init__()
         if self.diffusion_mode not in DIFFUSION_MODES:
             raise ConfigError(f"diffusion_mode={self.diffusion_mode!r}; choose one of {DIFFUSION_MODES}")
