@@ -49,6 +49,7 @@ class ServeConfig:
     gpu_memory_utilization: float | None = None  # vllm serve
     max_model_len: int | None = None  # vllm serve
     seed: int | None = None
+    preload: bool = True  # transformers serve: pin and preload ``model``; False serves any model on demand
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 600.0
@@ -105,8 +106,10 @@ def build_command(cfg: ServeConfig, port: int) -> list[str]:
             cmd += ["--seed", str(cfg.seed)]
     else:
         # The same interpreter as ours, so the server sees the same transformers/torch.
-        cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", cfg.model,
-               "--host", cfg.host, "--port", str(port), "--log-level", "warning"]
+        cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve"]
+        if cfg.preload:
+            cmd.append(cfg.model)
+        cmd += ["--host", cfg.host, "--port", str(port), "--log-level", "warning"]
         if cfg.device:
             cmd += ["--device", cfg.device]
         if cfg.dtype:

@@ -67,7 +67,10 @@ def tiny_models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def plain_server(tiny_models):
-    with serve_model(tiny_models["plain"], engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120) as srv:
+    """One server for the module, not pinned to a model (transformers serve loads each requested
+    path on demand), so the plain and the chat model share it: fewer slow server starts."""
+    with serve_model(tiny_models["plain"], engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120,
+                     preload=False) as srv:
         yield srv
     assert group_gone(srv.pid), "the server's process group outlived serve_model"
 
@@ -117,17 +120,16 @@ def test_greedy_completions_match_hf_backend(plain_server, tmp_path):
     assert [r[0].text for r in remote.generate(prompts, spec)] == [r[0].text for r in local.generate(prompts, spec)]
 
 
-def test_chat_prompts_match_hf_backend_with_same_template(tiny_models):
+def test_chat_prompts_match_hf_backend_with_same_template(plain_server, tiny_models):
     path = tiny_models["chat"]
     prompts = [Prompt(text=f"raw {q}", messages=[{"role": "user", "content": q}]) for q in QUESTIONS[:4]]
     spec = SamplingSpec(max_new_tokens=16)
     local = hf_backend(path)
     assert local.uses_chat(prompts[0])
-    with serve_model(path, engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120) as srv:
-        remote = OpenAIBackend(path, base_url=srv.base_url, concurrency=2)
-        got = remote.generate(prompts, spec)
-        sampled = remote.generate(prompts[:1], SamplingSpec(max_new_tokens=8, temperature=1.0, n=3, seed=3))
-    assert group_gone(srv.pid)
+    remote = OpenAIBackend(path, base_url=plain_server.base_url, concurrency=2)
+    got = remote.generate(prompts, spec)
+    assert remote.stats.requests == 4 and remote._chat_template_available()
+    sampled = remote.generate(prompts[:1], SamplingSpec(max_new_tokens=8, temperature=1.0, n=3, seed=3))
     want = local.generate(prompts, spec)
     assert [r[0].text for r in got] == [r[0].text for r in want]
     assert [r[0].n_tokens for r in got] == [r[0].n_tokens for r in want]
@@ -224,3 +226,23 @@ def test_serve_command_prints_base_url_and_stops_on_sigterm(tiny_models, tmp_pat
             if pgid is not None and not group_gone(pgid):
                 os.killpg(pgid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def test_cli_eval_with_openai_backend(plain_server, tmp_path, capsys):
+    """`anchored-reasoning eval --backend openai --base-url URL ...` against the served model."""
+    from anchored_reasoning.cli import main
+
+    data = tmp_path / "data" / "gsm8k"
+    data.mkdir(parents=True)
+    rows = [{"question": q, "answer": "x\n#### 7"} for q in QUESTIONS[:3]]
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    argv = ["eval", "--task", "gsm8k", "--method", "nocot", "--backend", "openai", "--base-url", plain_server.base_url,
+            "--model", plain_server.model, "--limit", "3", "--max-new-tokens", "8", "--data-dir", str(tmp_path / "data"),
+            "--backend-arg", "concurrency=2", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    assert "accuracy" in capsys.readouterr().out
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and all(0 < r["tokens"] <= 8 for r in records)
+    config = json.loads((out / "config.json").read_text())
+    assert config["backend"] == {"backend": "openai", "model": plain_server.model, "mode": "auto", "server": "auto"}

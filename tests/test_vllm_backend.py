@@ -77,7 +77,8 @@ def test_llm_options_are_passed(fake_vllm):
     from anchored_reasoning.backends import get_backend
 
     b = get_backend("vllm", "/ckpt", tensor_parallel_size=2, data_parallel_size=4, dtype="bfloat16",
-                    gpu_memory_utilization=0.5, max_model_len=4096, seed=3, enforce_eager=True)
+                    gpu_memory_utilization=0.5, max_model_len=4096, seed=3, enforce_eager=True, batch_size=64)
+    assert b.batch_size == 64  # the runner's chunk size, not an engine option
     assert b.llm.kwargs == {
         "model": "/ckpt", "tensor_parallel_size": 2, "data_parallel_size": 4, "dtype": "bfloat16",
         "gpu_memory_utilization": 0.5, "seed": 3, "trust_remote_code": False, "max_model_len": 4096,

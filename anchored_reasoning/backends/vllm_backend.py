@@ -63,6 +63,8 @@ class VLLMBackend:
         max_model_len: context length cap (None: the model's).
         seed: engine seed (per-request seeds come from ``SamplingSpec.seed``).
         mode: ``auto`` (chat when the prompt has messages), ``completions`` or ``chat``.
+        batch_size: prompts the eval runner hands over per call (vLLM schedules them itself;
+            larger is faster, a crash loses at most one call's samples).
         **engine_kwargs: passed to ``vllm.LLM`` unchanged (e.g. ``enforce_eager=True``).
     """
 
@@ -80,6 +82,7 @@ class VLLMBackend:
         seed: int = 0,
         trust_remote_code: bool = False,
         mode: str = "auto",
+        batch_size: int = 256,
         **engine_kwargs: Any,
     ) -> None:
         if mode not in ("auto", "completions", "chat"):
@@ -90,6 +93,7 @@ class VLLMBackend:
             raise ConfigError(f"vllm backend: gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         self.model = str(model)
         self.mode = mode
+        self.batch_size = int(batch_size)
         self.dtype = dtype
         self.max_model_len = max_model_len
         self._vllm = import_vllm()
