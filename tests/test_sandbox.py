@@ -270,6 +270,21 @@ def test_loopback_socket_never_connects(guard, work_root):
         listener.close()
 
 
+@needs_isolation
+def test_program_has_no_privileges(work_root):
+    r = run("import os\nprint(os.getuid(), os.geteuid())\n"
+            "print(''.join(l for l in open('/proc/self/status') if l.startswith(('Cap', 'NoNewPrivs'))))\n", work_root)
+    assert r.ok, r
+    lines = dict(line.split(":\t") for line in r.stdout.split("\n")[1:] if ":\t" in line)
+    if os.geteuid() == 0:
+        uid = r.stdout.split()[0]
+        assert uid == r.stdout.split()[1] != "0" and int(uid) == r.uid
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert int(lines[cap], 16) == 0, (cap, lines)
+    if LAYER == "bwrap":
+        assert lines["NoNewPrivs"].strip() == "1"
+
+
 def test_killing_its_parent_harms_nobody(work_root):
     # The program kills its parent to hide the failing test that follows.
     r = run("import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(0.3)\nassert False, 'tests fail'\n", work_root)
@@ -336,16 +351,17 @@ def test_parallel_runner_keeps_order_and_isolates_runs(work_root):
 def test_runs_sharing_a_worker_leave_nothing_for_each_other(work_root):
     # One worker: the second program runs in the same worker sandbox right after the first.
     marker = f"ar-leftover-{secrets.token_hex(6)}"
+    dirs = "('/tmp', os.environ['HOME'], tempfile.gettempdir())" if NAMESPACED else "(os.environ['HOME'],)"
     first = (
         "import os, subprocess, sys, tempfile\n"
-        "for d in ('/tmp', os.environ['HOME'], tempfile.gettempdir()):\n"
+        f"for d in {dirs}:\n"
         "    with open(os.path.join(d, 'leak.txt'), 'w') as f:\n"
         "        f.write('secret')\n"
         f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}], start_new_session=True)\n"
     )
     second = (
         "import os, glob\n"
-        "print(sorted(glob.glob('/tmp/*leak*') + glob.glob('/tmp/*/leak.txt') + glob.glob('../*/leak.txt')))\n"
+        "print(sorted(glob.glob('/tmp/leak.txt') + glob.glob('/tmp/*/leak.txt') + glob.glob('../*/leak.txt')))\n"
         f"print([p for p in os.listdir('/proc') if p.isdigit() and {marker!r}.encode() in open(f'/proc/{{p}}/cmdline', 'rb').read()])\n"
     )
     a, b = run_programs([first, second], workers=1, work_root=work_root)
@@ -353,6 +369,12 @@ def test_runs_sharing_a_worker_leave_nothing_for_each_other(work_root):
     assert b.ok and b.stdout == "[]\n[]\n", b
     assert a.uid is None or a.uid != b.uid
     _assert_nothing_left(a, extra_marker=marker)
+
+
+def test_each_run_gets_fresh_random_state(work_root):
+    # Programs are forked from a long-lived server: it must not have seeded `random` for them.
+    a, b = run_programs(["import random\nprint(random.random())\n"] * 2, workers=1, work_root=work_root)
+    assert a.ok and b.ok and a.stdout != b.stdout
 
 
 def test_explicit_pool_context_manager(work_root):

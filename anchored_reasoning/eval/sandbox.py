@@ -80,6 +80,8 @@ _PROGRAM_NAME = "program.py"
 # any real account, so RLIMIT_NPROC counts only this run's processes and kill() reaches nothing else.
 _UID_BASE = 1_000_000_000
 _UID_SPAN = 1_000_000_000
+# How long a worker may take to start the program's process before its own timeout begins.
+_STARTUP_ALLOWANCE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,20 @@ def _recv_exact(sock, n):
         buf += chunk
     return buf
 
+def _clear_capabilities():
+    # setuid() to a non-root uid already emptied the permitted and effective sets; also empty the
+    # inheritable one (bwrap --cap-add fills it) so no exec can ever pick a capability up again.
+    try:
+        import ctypes
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+        class Data(ctypes.Structure):
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                        ("inheritable", ctypes.c_uint32)]
+        ctypes.CDLL(None, use_errno=True).capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)())
+    except Exception:
+        pass
+
 def _child(req, fds):
     import resource
     guard = req["guard"]
@@ -208,6 +224,7 @@ def _child(req, fds):
     uid = req["uid"]
     if uid is not None:
         os.setgroups([]); os.setgid(uid); os.setuid(uid)
+        _clear_capabilities()
     os.umask(0o077)
     nonce = req["nonce"].encode()
     del req
@@ -454,10 +471,19 @@ def _untraversable_ancestor(dirs: Sequence[str]) -> str | None:
     return found.pop()
 
 
+# As root, bwrap keeps every capability by default; the worker server needs only these (switch
+# uid, kill the run's processes, empty the scratch dirs the run's uid wrote to).
+_SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+
+
 def _bwrap_base(python_dirs: Sequence[str], tmp_bytes: int = 16 << 20) -> list[str]:
     cmd = ["bwrap"]
     if not _is_root():
         cmd.append("--unshare-user")
+    else:
+        cmd += ["--cap-drop", "ALL"]
+        for cap in _SERVER_CAPS:
+            cmd += ["--cap-add", cap]
     cmd += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session",
             "--size", str(tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
@@ -752,7 +778,8 @@ class _Worker:
 
     def start(self) -> None:
         self.host_dir = tempfile.mkdtemp(prefix="ar-sandbox-", dir=self.work_root)
-        os.chmod(self.host_dir, 0o755)
+        # Under unshare this dir IS the sandbox's /tmp, so it gets /tmp's mode (sticky, world-writable).
+        os.chmod(self.host_dir, 0o1777 if self.layer == "unshare" else 0o755)
         self.inner_dir = {"bwrap": _BWRAP_WORKDIR, "unshare": _UNSHARE_WORKDIR}.get(self.layer, self.host_dir)
         fd, self.log_path = tempfile.mkstemp(prefix="ar-sandbox-worker-", suffix=".log")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -859,7 +886,10 @@ class _Worker:
         for fd in (out_r, err_r, st_r, ctl_fd):
             sel.register(fd, selectors.EVENT_READ)
         open_pipes = {out_r, err_r, st_r}
-        deadline = start + cfg.timeout_s
+        # The clock starts when the program's process reports in (b"S"): a worker that is still
+        # starting up (fresh sandbox, loaded machine) does not eat into the program's time.
+        deadline = time.monotonic() + cfg.timeout_s + _STARTUP_ALLOWANCE_S
+        clock_started = False
         outcome = ""  # "", "timeout", "output_limit", "worker_died"
         rc: int | None = None
 
@@ -889,6 +919,9 @@ class _Worker:
                             rc = int(json.loads(reply[4:])["rc"])
                     else:
                         pump(key.fd)
+                        if not clock_started and status:
+                            clock_started = True
+                            deadline = time.monotonic() + cfg.timeout_s
                 if outcome:
                     break
                 if budget[0] < 0:
