@@ -185,38 +185,60 @@ def grader_for(task_name: str | None):
     return get_task(task_name)
 
 
-def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
-    """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
-    from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
-    from anchored_reasoning.train.collate import AnchoredCollator, examples_dataset
-    from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, TimeBudgetCallback
-
+def _check(recipe: Mapping[str, Any] | str, overrides: Sequence[str]) -> dict[str, Any]:
     recipe = recipes_mod.resolve(recipe, overrides)  # unknown keys fail here, before any work
     if recipe.get("trainer", "ar") != "ar":
         raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the 'ar' trainer")
-    seed = int(recipe.get("seed", 0))
-    task_name = recipe.get("task")
     method_cfg = dict(recipe.get("method") or {})
     if not method_cfg.get("name"):
         raise ConfigError("recipe needs method.name (nocot, cot, pause, acot or stepwise)")
-    method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
-    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'recipe'))).stem}")
-    config = make_config(recipe, output_dir)  # validates the training section's values
     if not recipe.get("model"):
         raise ConfigError("recipe needs a 'model' section (preset or name)")
+    return recipe
 
+
+def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
+    """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
+    recipe = _check(recipe, overrides)
+    make_config(recipe, Path(recipe.get("output_dir") or "runs/unused"))  # bad training values fail before data work
+    seed = int(recipe.get("seed", 0))
+    task_name = recipe.get("task")
     t0 = time.monotonic()
     data = dict(recipe.get("data") or {})
     train_examples = load_split(data.get("train"), task_name, seed)
     if not train_examples:
         raise DataError("recipe data.train produced no examples")
     valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
-    task = grader_for(task_name) if config.generation_eval else None
     logger.info("data: %d train, %d valid examples (%.1fs)", len(train_examples), len(valid_examples), time.monotonic() - t0)
+    return run_with_examples(recipe, train_examples, valid_examples)
+
+
+def run_with_examples(
+    recipe: Mapping[str, Any] | str,
+    train_examples: Sequence[Example],
+    valid_examples: Sequence[Example] = (),
+    overrides: Sequence[str] = (),
+) -> Path:
+    """Like :func:`run`, with the examples given (the recipe's ``data`` section is ignored)."""
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
+    from anchored_reasoning.train.collate import AnchoredCollator, examples_dataset
+    from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, TimeBudgetCallback
+
+    recipe = _check(recipe, overrides)
+    if not train_examples:
+        raise DataError("no training examples")
+    seed = int(recipe.get("seed", 0))
+    task_name = recipe.get("task")
+    method_cfg = dict(recipe["method"])
+    method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
+    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'recipe'))).stem}")
+    config = make_config(recipe, output_dir)
+    task = grader_for(task_name) if config.generation_eval else None
 
     output_dir.mkdir(parents=True, exist_ok=True)
-    texts = training_texts(train_examples[:5000], method, task_name) if recipe["model"].get("preset") else []
+    needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
+    texts = training_texts(train_examples[:5000], method, task_name) if needs_tokenizer else []
     model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed)
     logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
 
