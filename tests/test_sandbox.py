@@ -281,8 +281,7 @@ def test_program_has_no_privileges(work_root):
         assert uid == r.stdout.split()[1] != "0" and int(uid) == r.uid
     for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
         assert int(lines[cap], 16) == 0, (cap, lines)
-    if LAYER == "bwrap":
-        assert lines["NoNewPrivs"].strip() == "1"
+    assert lines["NoNewPrivs"].strip() == "1"
 
 
 def test_killing_its_parent_harms_nobody(work_root):

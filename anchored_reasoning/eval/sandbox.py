@@ -177,8 +177,8 @@ class ExecResult:
 # It receives one request at a time on the control socket (a length-prefixed JSON header plus
 # the program's stdout, stderr and status pipes as SCM_RIGHTS), forks a fresh child per program,
 # drops that child to the request's fresh uid, waits for it, kills every process left with that
-# uid (or, without a uid, its process group and anything carrying the run marker), empties the
-# scratch dirs and answers with the exit status. The child: stdin /dev/null, rlimits, fresh uid,
+# uid and (as a child subreaper) every descendant re-parented to it, empties the scratch dirs and
+# answers with the exit status. The child: stdin /dev/null, rlimits, fresh uid,
 # status pipe on fd 3 ("S" before the program, the nonce after its last statement), then exec of
 # the program's code. argv: control_fd site_dirs; $AR_SCRATCH: private dirs to empty after each run.
 # The interpreter starts with -I -S: no site module (processing .pth files costs ~70 ms).
@@ -194,6 +194,12 @@ def _recv_exact(sock, n):
             return None
         buf += chunk
     return buf
+
+def _no_new_privs():
+    # PR_SET_NO_NEW_PRIVS: no exec (setuid-root binaries, file capabilities) can ever raise privileges.
+    import ctypes
+    if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
 def _clear_capabilities():
     # setuid() to a non-root uid already emptied the permitted and effective sets; also empty the
@@ -225,6 +231,7 @@ def _child(req, fds):
     if uid is not None:
         os.setgroups([]); os.setgid(uid); os.setuid(uid)
         _clear_capabilities()
+    _no_new_privs()
     os.umask(0o077)
     nonce = req["nonce"].encode()
     del req
@@ -528,8 +535,6 @@ def _layer_available(layer: str, python: str) -> tuple[bool, str]:
     if layer == "unshare":
         if shutil.which("unshare") is None:
             return False, "unshare (util-linux) not found"
-        if _is_root() and shutil.which("setpriv") is None:
-            return False, "setpriv (util-linux) not found"
         with tempfile.TemporaryDirectory(prefix="ar-sandbox-probe-") as tmp:
             os.chmod(tmp, 0o755)
             return _probe(_unshare_base() + ["--", "/bin/sh", "-c", _UNSHARE_SETUP, "sh", tmp, "", "",
@@ -762,7 +767,6 @@ class _Worker:
     def _command(self, ctl_fd: int) -> list[str]:
         site_dirs = os.pathsep.join(_python_layout(self.python)[1]) if self.site_packages else ""
         server = [self.python, "-I", "-S", "-c", _SERVER, str(ctl_fd), site_dirs]
-        nnp = ["setpriv", "--no-new-privs", "--"] if shutil.which("setpriv") else []
         if self.layer == "bwrap":
             return (_bwrap_base(_python_dirs(self.python), self.tmp_mb << 20)
                     + ["--bind", self.host_dir, _BWRAP_WORKDIR, "--chdir", _BWRAP_WORKDIR,
@@ -773,8 +777,8 @@ class _Worker:
                 hide = None
             pydirs = ":".join(_python_dirs(self.python)) if hide else ""
             return (_unshare_base() + ["--", "/bin/sh", "-c", _UNSHARE_SETUP, "sh", self.host_dir,
-                                       hide or "", pydirs] + nnp + server)
-        return nnp + server
+                                       hide or "", pydirs] + server)
+        return server
 
     def start(self) -> None:
         self.host_dir = tempfile.mkdtemp(prefix="ar-sandbox-", dir=self.work_root)
