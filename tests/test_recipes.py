@@ -123,3 +123,29 @@ def test_tiny_recipe_trains_and_saves_a_loadable_checkpoint(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
     assert "[ANT]" in tok.get_vocab() and model.get_input_embeddings().weight.shape[0] >= len(tok)
+
+
+@pytest.mark.slow
+def test_checkpoint_evaluates_through_the_runner_with_its_training_format(tmp_path):
+    """train tiny -> plain from_pretrained through the HF backend -> run_eval with the checkpoint's method."""
+    import torch
+
+    from anchored_reasoning.backends import get_backend
+    from anchored_reasoning.eval.runner import build_method, run_eval
+    from anchored_reasoning.generators.prosqa import generate_dataset
+    from anchored_reasoning.train import get_trainer
+
+    torch.set_num_threads(1)
+    out = get_trainer("ar")("tiny_test", [f"output_dir={tmp_path / 'ckpt'}", "training.generation_eval=false"])
+    method = build_method(None, out)
+    assert method.name == "acot" and method.stage == method.num_stages - 1
+    examples = generate_dataset(5, seed=7, split="e2e", num_nodes=6, min_hops=1, max_hops=2)
+    summary = run_eval("prosqa", get_backend("hf", str(out), device="cpu"), method, out_dir=tmp_path / "eval",
+                       examples=examples, max_new_tokens=8, progress=False)
+    assert summary["accuracy"]["n"] == 5
+    records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
+    for rec, ex in zip(records, examples):
+        # the runner prompted exactly what training rendered at the final stage: two [ANT] slots, not decoded
+        assert rec["prompt"] == method.render(ex, "prosqa").prompt
+        assert rec["prompt"].endswith("[BoA][ANT][ANT][EoA][BoR]")
+        assert 1 <= rec["tokens"] <= 8
