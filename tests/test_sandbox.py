@@ -117,6 +117,13 @@ def test_environment_is_clean_and_points_into_the_work_dir(work_root):
     assert r.stdout.split() == ["None", "True"]
 
 
+def test_odd_sources_are_graded_not_raised(work_root):
+    assert run("x = '\\ud800'\n", work_root).status == "ok"              # an escape sequence: valid
+    assert run("x = '" + chr(0xD800) + "'\n", work_root).status == "failed"  # a raw lone surrogate
+    assert run("a = 1\x00\n", work_root).status == "failed"               # a NUL byte
+    assert run("", work_root).status == "ok"
+
+
 def test_bad_config_is_a_config_error():
     with pytest.raises(ConfigError, match="timeout_s"):
         SandboxConfig(timeout_s=0)

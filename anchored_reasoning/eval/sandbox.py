@@ -852,7 +852,8 @@ class _Worker:
         run_host = os.path.join(self.host_dir, f"run-{run_id}")
         run_inner = os.path.join(self.inner_dir, f"run-{run_id}")
         os.mkdir(run_host, 0o700)
-        with open(os.path.join(run_host, _PROGRAM_NAME), "w", encoding="utf-8") as f:
+        # surrogatepass: a lone surrogate becomes a SyntaxError inside the sandbox, not an error here.
+        with open(os.path.join(run_host, _PROGRAM_NAME), "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(source)
         os.chmod(os.path.join(run_host, _PROGRAM_NAME), 0o644)
         if uid is not None:
