@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ..errors import AnchoredReasoningError
 
@@ -62,8 +63,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + _rotate_half(x) * sin
 
 
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block: bidirectional multi-head attention with rotary q/k, then a GELU MLP."""
+class Block(GradientCheckpointingLayer):
+    """Pre-LayerNorm transformer block: bidirectional multi-head attention with rotary q/k, then a GELU MLP.
+    (``model.gradient_checkpointing_enable()`` recomputes it in the backward pass.)"""
 
     def __init__(self, hidden_size: int, num_heads: int, intermediate_size: int, dropout: float = 0.0, eps: float = 1e-5):
         super().__init__()

@@ -86,7 +86,7 @@ class DiffusionPreTrainedModel(PreTrainedModel):
 
     main_input_name = "input_ids"
     base_model_prefix = "diffusion"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
 
     @property
     def mask_token_id(self) -> int:
