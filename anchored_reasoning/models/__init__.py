@@ -3,7 +3,7 @@
 Importing this package registers the configs and models with the Auto classes, so a saved
 checkpoint loads with plain ``from_pretrained``::
 
-    import anchored_reasoning.models  # registers "mdlm" and "adlm"
+    import anchored_reasoning.models  # registers "mdlm", "adlm" and "tadm"
     from transformers import AutoModelForMaskedLM
     model = AutoModelForMaskedLM.from_pretrained("path/to/checkpoint")
 """
@@ -14,13 +14,14 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 from .adlm import ADLM, ADLMConfig
 from .blocks import NEG_INF, SequenceLengthError, subs_log_probs
 from .mdlm import PRESETS, MDLM, DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
+from .tadm import TADM, TADMConfig
 
-for _config, _model in ((MDLMConfig, MDLM), (ADLMConfig, ADLM)):
+for _config, _model in ((MDLMConfig, MDLM), (ADLMConfig, ADLM), (TADMConfig, TADM)):
     AutoConfig.register(_config.model_type, _config, exist_ok=True)
     AutoModel.register(_config, _model, exist_ok=True)
     AutoModelForMaskedLM.register(_config, _model, exist_ok=True)
 
 __all__ = [
-    "ADLM", "ADLMConfig", "MDLM", "MDLMConfig", "PRESETS", "DiffusionLMOutput", "DiffusionPreTrainedModel",
+    "ADLM", "ADLMConfig", "TADM", "TADMConfig", "MDLM", "MDLMConfig", "PRESETS", "DiffusionLMOutput", "DiffusionPreTrainedModel",
     "NEG_INF", "SequenceLengthError", "subs_log_probs",
 ]

@@ -24,7 +24,9 @@ block can re-mask (``stats.can_remask`` tells which steps can), and every token 
 **Model calls** go through ``model_fn(z, step) -> logits`` (B, L, V) (raw logits or log-probs; the
 mask token is always excluded here). By default :func:`make_model_fn` calls
 ``model(input_ids=z, attention_mask=...)``; pass your own ``model_fn`` to insert an anchor cache
-(TADM) or any other policy. The model is only called at steps that reveal at least one token.
+(TADM) or any other policy; ``anchor_refresh_every=K > 1`` does that for you with
+:class:`~.cache.AnchorCacheModelFn` (the anchor is recomputed every K model calls). The model is
+only called at steps that reveal at least one token.
 
 **EOS.** Generation always fills all ``gen_length`` positions; cut the text at the first EOS
 afterwards. With ``stop_at_eos=True`` (needs ``eos_token_id``), at each block boundary a row whose
@@ -76,6 +78,7 @@ class SamplerConfig:
     seed: int = 0
     stop_at_eos: bool = False
     eos_token_id: int | None = None
+    anchor_refresh_every: int = 1  # K: two-stage models (ADLM, TADM) reuse the anchor for K model calls
 
     def __post_init__(self) -> None:
         self.remasking = _ALIASES.get(self.remasking, self.remasking)
@@ -92,6 +95,7 @@ class SamplerConfig:
             (0 < self.alpha_on < 1, f"alpha_on={self.alpha_on} must be in (0, 1)"),
             (0 <= self.threshold <= 1, f"threshold={self.threshold} must be in [0, 1]"),
             (not self.stop_at_eos or self.eos_token_id is not None, "stop_at_eos=True needs eos_token_id"),
+            (self.anchor_refresh_every >= 1, f"anchor_refresh_every={self.anchor_refresh_every} must be >= 1"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -251,6 +255,10 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
     full_mask = None
     if attention_mask is not None:
         full_mask = torch.cat([attention_mask.to(device), torch.ones(bsz, cfg.gen_length, dtype=attention_mask.dtype, device=device)], 1)
+    if model_fn is None and cfg.anchor_refresh_every > 1:  # the anchor-cache policy (TADM); K = 1 is the plain model
+        from .cache import AnchorCacheModelFn
+
+        model_fn = AnchorCacheModelFn(model, cfg.anchor_refresh_every, full_mask)
     fn = model_fn or make_model_fn(model, full_mask)
     stats = SampleStats(gen_length=cfg.gen_length, prompt_length=plen, filled_after_eos=[0] * bsz)
     gen = torch.Generator(device=device if device.type == "cuda" else "cpu").manual_seed(cfg.seed)

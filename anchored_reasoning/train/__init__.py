@@ -13,6 +13,7 @@ from anchored_reasoning.errors import ConfigError
 TRAINERS: dict[str, str] = {
     "ar": "anchored_reasoning.train.ar:run",  # SFT / ACoT / pause / stepwise on causal LMs
     "diffusion": "anchored_reasoning.train.diffusion:run",  # MDLM / ADLM pretraining and SFT
+    "tadm": "anchored_reasoning.train.tadm:run",  # TADM: T-ANELBO pretraining, post-training of MDLM/ADLM
 }
 
 

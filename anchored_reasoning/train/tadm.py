@@ -1,0 +1,361 @@
+"""The ``tadm`` trainer: TADM pretraining with T-ANELBO, and post-training of a trained MDLM/ADLM.
+
+    anchored-reasoning train tadm_pretrain_tiny                       # T-ANELBO from scratch
+    anchored-reasoning train diffusion_pretrain_tiny_adlm             # then, post-training:
+    anchored-reasoning train tadm_posttrain_tiny model.base=runs/diffusion_pretrain_tiny_adlm
+
+The recipe is the ``diffusion`` trainer's (same ``data`` section, same ``training`` fields, see
+:mod:`anchored_reasoning.train.diffusion`) with these differences::
+
+    trainer: tadm
+    model:
+      preset: tiny                      # from scratch: a TADMConfig preset + config overrides
+      config: {shared_layers: 1, num_hidden_layers: 4, denoiser_layers: 1}
+      name: null                        # ... or a TADM checkpoint to continue
+      base: null                        # ... or an MDLM/ADLM checkpoint to post-train (backbone frozen)
+      shared_layers: 0                  # post-training: blocks of the source model that run every step
+      anchor_layers: null               # post-training from an MDLM: blocks of A (default half the rest)
+      fusion_size: null                 # Phi's MLP width (default hidden_size)
+    data:
+      ppl_refresh_every: [1, 3]         # K values for the stale perplexity bound after training
+      ppl_max_blocks: 200               # score the first N seq_len blocks of valid_text_file (null: all)
+    training:
+      tadm_objective: t_anelbo          # or posttrain (needs model.base, or a TADM with frozen backbone)
+      stale_k_choices: [1, 2, 4, 8]     # T-ANELBO: refresh periods K; the cache age is uniform in 0..K-1
+      stale_sampling_steps: 64          # T: one sampler step moves time by 1/T (stale anchors, rollouts)
+      rollout_choices: [0, 1, 2]        # post-training: reverse steps taken with the anchor held fixed
+      kl_weight: 1.0                    # post-training: weight of KL(frozen model || TADM)
+      ce_weight: 1.0                    # post-training: weight of the NELBO cross-entropy
+      anchored: true                    # T-ANELBO: gamma > 0 (ADLM anchor supervision); false: gamma = 0
+
+The objectives are in :mod:`anchored_reasoning.objectives_tadm`. ``run`` saves the TADM
+(``AutoModelForMaskedLM.from_pretrained`` loads it after ``import anchored_reasoning.models``), the
+tokenizer, ``anchored_reasoning.json`` and ``train_summary.json`` (with the stale perplexity bound
+per K when ``data.valid_text_file`` is set), and returns the folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from anchored_reasoning.errors import ConfigError, DataError
+from anchored_reasoning.train import diffusion as dtrain
+from anchored_reasoning.train import recipes as recipes_mod
+from anchored_reasoning.train.diffusion_trainer import IGNORE_INDEX, DiffusionSFTConfig, DiffusionSFTTrainer
+
+logger = logging.getLogger(__name__)
+
+OBJECTIVES = ("t_anelbo", "posttrain")
+
+
+@dataclass
+class TADMTrainingConfig(DiffusionSFTConfig):
+    """:class:`DiffusionSFTConfig` plus the TADM objectives' settings (see the module doc)."""
+
+    tadm_objective: str = field(default="t_anelbo", metadata={"help": "t_anelbo (pretraining) or posttrain"})
+    stale_k_choices: list[int] = field(default_factory=lambda: [1, 2, 4, 8], metadata={"help": "T-ANELBO refresh periods"})
+    stale_sampling_steps: int = field(default=64, metadata={"help": "sampler steps T; one step moves time by 1/T"})
+    rollout_choices: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "post-training rollouts"})
+    kl_weight: float = field(default=1.0, metadata={"help": "post-training: weight of KL(frozen model || TADM)"})
+    ce_weight: float = field(default=1.0, metadata={"help": "post-training: weight of the NELBO cross-entropy"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tadm_objective not in OBJECTIVES:
+            raise ConfigError(f"tadm_objective={self.tadm_objective!r}; choose one of {OBJECTIVES}")
+        if self.stale_sampling_steps < 1:
+            raise ConfigError(f"stale_sampling_steps={self.stale_sampling_steps} must be >= 1")
+        if not self.stale_k_choices or min(self.stale_k_choices) < 1:
+            raise ConfigError(f"stale_k_choices={self.stale_k_choices} must be a non-empty list of integers >= 1")
+        if not self.rollout_choices or min(self.rollout_choices) < 0:
+            raise ConfigError(f"rollout_choices={self.rollout_choices} must be a non-empty list of integers >= 0")
+        if self.kl_weight < 0 or self.ce_weight < 0 or self.kl_weight + self.ce_weight == 0:
+            raise ConfigError(f"kl_weight={self.kl_weight} and ce_weight={self.ce_weight} must be >= 0, not both 0")
+
+
+class TADMTrainer(DiffusionSFTTrainer):
+    """The diffusion trainer with T-ANELBO or the post-training loss in ``compute_loss``. In
+    post-training only parameters with ``requires_grad`` (Phi) reach the optimizer."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        from anchored_reasoning.objectives_tadm import posttrain_loss, t_anelbo
+
+        cfg: TADMTrainingConfig = self.args  # type: ignore[assignment]
+        mode = "train" if self.model.training else "eval"
+        self.loss_calls += 1
+        input_ids, labels = inputs["input_ids"], inputs["labels"]
+        attention_mask = inputs.get("attention_mask")
+        loss_mask = labels != IGNORE_INDEX
+        prompt_mask = None
+        if cfg.diffusion_mode == "sft":
+            prompt_mask = ~loss_mask & (attention_mask.bool() if attention_mask is not None else True)
+        common = dict(attention_mask=attention_mask, prompt_mask=prompt_mask, loss_mask=loss_mask, schedule=self.schedule,
+                      normalization=cfg.loss_normalization, antithetic=cfg.antithetic_time, t_min=cfg.time_eps)
+        if cfg.tadm_objective == "posttrain":
+            result = posttrain_loss(model, input_ids, rollout_choices=cfg.rollout_choices,
+                                    sampling_steps=cfg.stale_sampling_steps, ce_weight=cfg.ce_weight,
+                                    kl_weight=cfg.kl_weight, **common)
+            self._metrics[mode]["kl"].append(float(result.kl.detach()))
+            self._metrics[mode]["rollout"].append(result.rollout)
+        else:
+            gamma = self.current_gamma()
+            ignore = [i for i in (self.processing_class.pad_token_id, getattr(self.processing_class, "bos_token_id", None))
+                      if i is not None] if self.processing_class is not None else []
+            result = t_anelbo(model, input_ids, gamma=gamma, anchor_mask=inputs.get("anchor_mask"), anchor_tau=cfg.anchor_tau,
+                              anchor_ignore_ids=ignore, mask_token_id=self._mask_id, k_choices=cfg.stale_k_choices,
+                              sampling_steps=cfg.stale_sampling_steps, **common)
+            if result.anchor_loss is not None:
+                self._metrics[mode]["anchor_loss"].append(float(result.anchor_loss.detach()))
+            self._metrics[mode]["gamma"].append(gamma)
+            self._metrics[mode]["mean_cache_age"].append(float(result.age.float().mean()))
+        self._metrics[mode]["nelbo"].append(float(result.nelbo.detach()))
+        self._metrics[mode]["masked_fraction"].append(result.num_masked / max(result.num_tokens, 1))
+        if mode == "train":
+            self._total_train_tokens += result.num_tokens
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        if return_outputs:
+            return result.loss, {"nelbo": result.nelbo.detach()}
+        return result.loss
+
+
+# ---------------------------------------------------------------------------------------------
+# recipe
+
+def _schema() -> dict[str, Any]:
+    schema = dtrain._schema()
+    schema["model"] = {**schema["model"], "base": None, "shared_layers": None, "anchor_layers": None, "fusion_size": None}
+    schema["data"] = {**schema["data"], "ppl_refresh_every": None, "ppl_max_blocks": None}
+    schema["training"] = {f.name: None for f in dataclasses.fields(TADMTrainingConfig) if f.init}
+    return schema
+
+
+def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Load (name / path / dict), apply dotted overrides, validate against the tadm schema."""
+    loaded = recipes_mod.load_recipe(recipe) if not isinstance(recipe, Mapping) else dict(recipe)
+    loaded = recipes_mod.apply_overrides(loaded, list(overrides))
+    recipes_mod.validate(loaded, _schema())
+    if loaded.get("trainer", "tadm") != "tadm":
+        raise ConfigError(f"recipe trainer is {loaded.get('trainer')!r}; this is the 'tadm' trainer")
+    return loaded
+
+
+def make_config(recipe: Mapping[str, Any], output_dir: Path) -> TADMTrainingConfig:
+    training = dict(recipe.get("training") or {})
+    training.setdefault("seed", int(recipe.get("seed", 0)))
+    training["output_dir"] = str(output_dir)
+    bf16 = training.get("bf16", "auto")
+    if bf16 in (None, "auto"):
+        training["bf16"] = None  # bf16 where a CUDA GPU supports it, fp32 elsewhere
+    elif bf16 and not torch.cuda.is_available():
+        raise ConfigError("training.bf16=true needs a CUDA GPU with bfloat16; use bf16: auto (fp32 on CPU) or false")
+    try:
+        return TADMTrainingConfig(**training)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"recipe 'training' section: {exc}") from None
+
+
+def build_model(model_cfg: Mapping[str, Any], tokenizer, seed: int, objective: str):
+    """A TADM: from a preset, a TADM checkpoint (``name``), or an MDLM/ADLM checkpoint (``base``)."""
+    from transformers import AutoModelForMaskedLM
+
+    import anchored_reasoning.models as models
+    from anchored_reasoning.models.zoo import resolve_model
+
+    if model_cfg.get("arch") not in (None, "tadm"):
+        raise ConfigError(f"model.arch={model_cfg['arch']!r}: the tadm trainer builds TADMs (arch: tadm or unset); "
+                          "an MDLM/ADLM to post-train goes in model.base")
+    sources = [k for k in ("preset", "name", "base") if model_cfg.get(k)]
+    if len(sources) != 1:
+        raise ConfigError(f"recipe 'model' needs exactly one of preset (from scratch), name (a TADM checkpoint) or base "
+                          f"(an MDLM/ADLM to post-train); got {sources or 'none'}")
+    if model_cfg.get("base"):
+        base = dtrain.build_model({"name": model_cfg["base"], "dtype": model_cfg.get("dtype")}, tokenizer, seed)
+        if isinstance(base, models.TADM):
+            raise ConfigError(f"model.base={model_cfg['base']!r} is already a TADM; continue it with model.name")
+        torch.manual_seed(seed)
+        return models.TADM.from_diffusion_model(
+            base, shared_layers=int(model_cfg.get("shared_layers") or 0), anchor_layers=model_cfg.get("anchor_layers"),
+            fusion_size=model_cfg.get("fusion_size"), freeze=objective == "posttrain")
+    if objective == "posttrain" and model_cfg.get("preset"):
+        raise ConfigError("tadm_objective: posttrain needs a trained model (model.base: an MDLM/ADLM checkpoint, or "
+                          "model.name: a TADM); a preset is random weights")
+    if model_cfg.get("preset"):
+        preset = model_cfg["preset"]
+        if preset not in models.PRESETS:
+            raise ConfigError(f"unknown model preset {preset!r}; known: {', '.join(models.PRESETS)}")
+        ids = dict(vocab_size=len(tokenizer), mask_token_id=tokenizer.mask_token_id, pad_token_id=tokenizer.pad_token_id,
+                   bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+        extra = {k: model_cfg[k] for k in ("shared_layers", "fusion_size") if model_cfg.get(k) is not None}
+        try:
+            config = models.TADMConfig.from_preset(preset, **{**ids, **extra, **dict(model_cfg.get("config") or {})})
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"model.config: {exc}") from None
+        torch.manual_seed(seed)
+        return models.TADM(config)
+    kwargs = {"dtype": getattr(torch, str(model_cfg["dtype"]))} if model_cfg.get("dtype") else {}
+    model = AutoModelForMaskedLM.from_pretrained(resolve_model(str(model_cfg["name"])), **kwargs)
+    if not isinstance(model, models.TADM):
+        raise ConfigError(f"model.name={model_cfg['name']!r} is a {type(model).__name__}, not a TADM; to post-train an "
+                          "MDLM/ADLM pass it as model.base")
+    if objective == "posttrain":
+        model.freeze_backbone()
+    return model
+
+
+def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
+    """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
+    from datasets import Dataset
+
+    from anchored_reasoning.train.curriculum import TimeBudgetCallback
+    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator
+
+    recipe = resolve_recipe(recipe, overrides)  # unknown keys fail here, before any work
+    seed = int(recipe.get("seed", 0))
+    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'tadm'))).stem}")
+    config = make_config(recipe, output_dir)
+    model_cfg = dict(recipe.get("model") or {})
+    data = dict(recipe.get("data") or {})
+    task_name = recipe.get("task")
+    refresh_list = [int(k) for k in (data.get("ppl_refresh_every") or [1])]
+    if min(refresh_list) < 1:
+        raise ConfigError(f"data.ppl_refresh_every={refresh_list} must hold integers >= 1")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+
+    method = None
+    train_examples, valid_examples, texts = [], [], []
+    if config.diffusion_mode == "sft":
+        from anchored_reasoning.methods import get_method
+        from anchored_reasoning.train.ar import load_split
+
+        method_cfg = dict(recipe.get("method") or {})
+        if not method_cfg.get("name"):
+            raise ConfigError("SFT recipes need method.name (nocot, cot, pause or stepwise)")
+        method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
+        train_examples = load_split(data.get("train"), task_name, seed)
+        if not train_examples:
+            raise DataError("recipe data.train produced no examples")
+        valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
+        texts = [(lambda r: r.prompt + r.target)(method.render(ex, task_name)) for ex in train_examples[:5000]]
+    elif model_cfg.get("preset"):
+        from anchored_reasoning.train.diffusion_data import read_text_documents
+
+        if not data.get("text_file"):
+            raise ConfigError("pretraining (training.diffusion_mode: pretrain) needs data.text_file")
+        texts = read_text_documents(dtrain.data_path(data["text_file"]), split_lines=True)
+
+    if model_cfg.get("preset"):
+        tokenizer = dtrain.build_tokenizer(model_cfg, texts, output_dir)
+    else:
+        tok_spec = model_cfg.get("tokenizer") or model_cfg.get("base") or model_cfg.get("name")
+        if tok_spec == "train":
+            raise ConfigError("model.tokenizer: train only applies to from-scratch models (model.preset)")
+        tokenizer = dtrain.build_tokenizer({**model_cfg, "tokenizer": tok_spec}, [], output_dir)
+    model = build_model(model_cfg, tokenizer, seed, config.tadm_objective)
+    max_positions = int(model.config.max_position_embeddings)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    logger.info("TADM: %.2fM parameters, %d trainable (%s)", n_params / 1e6, n_trainable, config.tadm_objective)
+
+    if config.diffusion_mode == "sft":
+        max_length = int(data.get("max_length", max_positions))
+        if max_length > max_positions:
+            raise ConfigError(f"data.max_length={max_length} exceeds the model's max_position_embeddings={max_positions}")
+        anchors = data.get("anchors", "frequency") if config.anchored else None
+        overlong = str(data.get("overlong", "error"))
+        train_rows, stats = dtrain.sft_rows(train_examples, method, task_name, tokenizer, max_length, overlong, anchors, "train")
+        valid_rows = dtrain.sft_rows(valid_examples, method, task_name, tokenizer, max_length, overlong, anchors,
+                                     "valid")[0] if valid_examples else []
+        encode_stats = dataclasses.asdict(stats)
+    else:
+        train_rows, seq_len = dtrain.pretrain_rows(recipe, tokenizer, max_positions)
+        valid_rows, encode_stats = [], {"rows": len(train_rows), "seq_len": seq_len}
+    logger.info("data ready in %.1fs: %d train rows", time.monotonic() - t0, len(train_rows))
+
+    frozen_before = model.backbone_state_dict() if config.tadm_objective == "posttrain" else None
+    budget = TimeBudgetCallback(config.max_train_seconds)
+    trainer = TADMTrainer(
+        model=model, args=config, train_dataset=Dataset.from_list(train_rows),
+        eval_dataset=Dataset.from_list(valid_rows) if valid_rows else None,
+        data_collator=DiffusionCollator.for_tokenizer(tokenizer, eos_padding=config.eos_padding, max_length=max_positions),
+        processing_class=tokenizer, callbacks=[budget],
+    )
+    t_train = time.monotonic()
+    trainer.train()
+    train_seconds = time.monotonic() - t_train
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if frozen_before is not None:
+        after = model.backbone_state_dict()
+        changed = [k for k, v in frozen_before.items() if not torch.equal(v.to(after[k].device), after[k])]
+        if changed:
+            raise RuntimeError(f"post-training changed frozen backbone weights {changed[:5]}; only fusion.* may train")
+
+    summary: dict[str, Any] = {
+        "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
+        "recipe_source": recipe.get("_source"),
+        "mode": config.diffusion_mode,
+        "objective": config.tadm_objective,
+        "arch": "TADM",
+        "layers": {"shared": model.config.shared_layers, "anchor": model.config.num_hidden_layers,
+                   "denoiser": model.config.num_denoiser_layers},
+        "parameters": n_params,
+        "trainable_parameters": n_trainable,
+        "global_steps": trainer.state.global_step,
+        "train_seconds": round(train_seconds, 2),
+        "stopped_by_time_budget": budget.stopped_early,
+        "train_tokens": int(trainer._total_train_tokens),
+        "encode_stats": encode_stats,
+    }
+    if config.diffusion_mode == "pretrain" and data.get("valid_text_file"):
+        summary["valid_perplexity_bound"] = {
+            f"K={k}": valid_stale_ppl(model, tokenizer, dtrain.data_path(data["valid_text_file"]),
+                                      int(encode_stats["seq_len"]), k, config.stale_sampling_steps,
+                                      int(data.get("ppl_t_samples", 4)), seed, data.get("ppl_max_blocks"))
+            for k in refresh_list}
+        logger.info("valid perplexity bound per K: %s",
+                    {k: round(v["perplexity"], 2) for k, v in summary["valid_perplexity_bound"].items()})
+
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(output_dir))
+        meta = {"backend": "diffusion", "mode": config.diffusion_mode, "arch": "tadm", "task": task_name,
+                "objective": config.tadm_objective}
+        if method is not None:
+            meta.update({"method": method.name, "method_options": method.options, "style": "trained"})
+        else:
+            meta.update({"method": "text", "style": "pretrained"})
+        (output_dir / dtrain.CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
+        summary["log_history"] = trainer.state.log_history
+        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    trainer.accelerator.wait_for_everyone()
+    logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
+    return output_dir
+
+
+def text_blocks(tokenizer, path: Path, seq_len: int, limit: int | None = None) -> torch.Tensor:
+    """Full ``seq_len`` blocks of a text file's token stream (N, seq_len), at most ``limit``."""
+    from anchored_reasoning.train.diffusion_data import pack_token_blocks, read_text_documents, tokenize_documents
+
+    ids = tokenize_documents(tokenizer, read_text_documents(path))
+    blocks = pack_token_blocks(ids, seq_len, keep_last=False)
+    if not blocks:
+        raise DataError(f"{path}: fewer than {seq_len} tokens")
+    return torch.tensor(blocks[:limit] if limit else blocks, dtype=torch.long)
+
+
+def valid_stale_ppl(model, tokenizer, path: Path, seq_len: int, refresh_every: int, steps: int, t_samples: int,
+                    seed: int, limit: int | None = None) -> dict[str, Any]:
+    """The stale-anchor perplexity bound (:func:`~anchored_reasoning.objectives_tadm.stale_perplexity_bound`)
+    on a text file."""
+    from anchored_reasoning.objectives_tadm import stale_perplexity_bound
+
+    x = text_blocks(tokenizer, path, seq_len, limit)
+    return stale_perplexity_bound(model, x, refresh_every=refresh_every, sampling_steps=steps, num_t_samples=t_samples,
+                                  seed=seed).to_dict()
