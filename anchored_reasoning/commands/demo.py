@@ -42,11 +42,11 @@ DEMO_SIZE = {"num_nodes": 7, "min_hops": 1, "max_hops": 2}
 METHOD_OPTIONS: dict[str, dict[str, Any]] = {
     "nocot": {},
     "cot": {},
-    "pause": {"k": 3},
+    "pause": {"k": 3, "remove_steps_per_stage": 1},  # ACoT's exact schedule, no anchor loss
     "acot": {"k": 3, "remove_steps_per_stage": 1},
     "stepwise": {"stages": 2},
 }
-CURRICULUM = {"acot", "stepwise"}
+CURRICULUM = {"acot", "pause", "stepwise"}
 
 
 @dataclass
