@@ -391,6 +391,26 @@ def test_explicit_pool_context_manager(work_root):
         pool.run("print(1)", SandboxConfig())
 
 
+def test_forked_caller_gets_its_own_workers(work_root):
+    # A caller that forks (DataLoader workers, multiprocessing) must neither hang on nor disturb
+    # the parent's worker sandboxes.
+    assert run("print('parent')", work_root).ok
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            r = run_program("print('child')", work_root=work_root, timeout_s=5)
+            os.write(write_end, r.status.encode())
+        finally:
+            sandbox.shutdown()
+            os._exit(0)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as f:
+        assert f.read() == b"ok"
+    assert run("print('parent again')", work_root).stdout == "parent again\n"
+
+
 def test_sandbox_info_reports_the_layer():
     info = sandbox.sandbox_info()
     assert info["layer"] == LAYER and info["memory_mb"] > 0

@@ -748,7 +748,16 @@ def _read_into(fd: int, buf: bytearray, budget: list[int]) -> bool:
     return True
 
 
-_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ar-sandbox-spawn")
+_SPAWNERS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """A long-lived thread that starts every worker (one per process: threads do not survive fork)."""
+    pid = os.getpid()
+    with _POOLS_LOCK:
+        if pid not in _SPAWNERS:
+            _SPAWNERS[pid] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ar-sandbox-spawn")
+        return _SPAWNERS[pid]
 
 
 class _Worker:
@@ -793,7 +802,7 @@ class _Worker:
         try:
             # Spawned from one long-lived thread: bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires
             # when the spawning THREAD exits, which would kill the worker with a short-lived pool thread.
-            self.proc = _SPAWNER.submit(
+            self.proc = _spawner().submit(
                 subprocess.Popen, self._command(child_sock.fileno()), stdin=subprocess.DEVNULL, stdout=fd,
                 stderr=fd, pass_fds=(child_sock.fileno(),), start_new_session=True, cwd=self.host_dir, env=env,
             ).result()
@@ -994,11 +1003,15 @@ class SandboxPool:
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()  # a forked child must not drive (or kill) its parent's workers
 
     def run(self, source: str, cfg: SandboxConfig) -> ExecResult:
         with self._lock:
             if self._closed:
                 raise ConfigError("this SandboxPool is closed; create a new one")
+            if os.getpid() != self._pid:
+                raise ConfigError("this SandboxPool belongs to the parent of this forked process; "
+                                  "create a new SandboxPool (run_program/run_programs do so automatically)")
             worker = self._idle.pop() if self._idle else None
             if worker is None:
                 worker = _Worker(self.layer, self.python, self.site_packages, self.work_root, self.tmp_mb)
@@ -1019,6 +1032,8 @@ class SandboxPool:
         with self._lock:
             self._closed = True
             workers, self._all, self._idle = list(self._all), set(), []
+        if os.getpid() != self._pid:
+            return  # inherited through fork: the parent still owns these workers
         for w in workers:
             w.kill()
 
@@ -1036,7 +1051,7 @@ _POOLS_LOCK = threading.Lock()
 def _pool_for(cfg: SandboxConfig) -> SandboxPool:
     python = _python(cfg)
     layer = detect_layer(cfg.isolation, python)
-    key = (layer, python, cfg.site_packages, cfg.work_root)
+    key = (os.getpid(), layer, python, cfg.site_packages, cfg.work_root)
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
