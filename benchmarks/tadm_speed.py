@@ -1,0 +1,230 @@
+"""TADM speed/quality benchmark: ADLM (K = 1) against TADM with the anchor refreshed every K steps.
+
+    ANCHORED_REASONING_DATA=/work/shared/data OMP_NUM_THREADS=1 \\
+        python benchmarks/tadm_speed.py --workdir runs/tadm_bench --out benchmarks/results/tadm_speed.json
+
+In one process on one machine it
+
+1. trains (or reuses, if ``WORKDIR/adlm`` exists) a small ADLM on WikiText-2 (valid split) with
+   the ``diffusion`` trainer (recipe ``diffusion_pretrain_tiny_adlm`` with the sizes below: a
+   ``--anchor-layers``-block anchor network and a ``--denoiser-layers``-block denoiser);
+2. post-trains (or reuses ``WORKDIR/tadm``) a TADM from it with the ``tadm`` trainer (recipe
+   ``tadm_posttrain_tiny``: backbone frozen, only the fusion module trained, CE + KL to the ADLM,
+   rollouts k in {0, 1, 2});
+3. measures, for ADLM at K = 1 and TADM at each ``--ks``:
+
+   * ``tokens_per_s``: generated tokens per second of the LLaDA low-confidence sampler (greedy,
+     ``--steps`` steps for ``--gen-length`` tokens, so one model call per step; a batch of
+     ``--batch`` unconditional generations after an EOS prompt; best of ``--repeats`` timed runs
+     after one warm-up) and ``speedup_vs_k1`` against ADLM's;
+   * ``layer_calls``: transformer-layer calls per generation counted with forward hooks, next to
+     ``layer_calls_formula`` = T (L_S + L_D) + ceil(T/K) L_A;
+   * ``ppl``: the NELBO perplexity bound on held-out WikiText-2 (test split, first ``--ppl-blocks``
+     blocks) with the anchor as stale as the K-step cache makes it
+     (:func:`anchored_reasoning.objectives_tadm.stale_perplexity_bound`; K = 1 is the usual bound);
+     ``ppl_rel_change`` is relative to ADLM's;
+   * ``agreement_with_k1``: the share of generated tokens equal to ADLM's greedy output (a cheap
+     generation-quality proxy: 1.0 = identical text);
+   * ``accuracy``: null, with the reason (no reasoning-tuned diffusion model fits this CPU budget).
+
+   It also reports ``adlm_stale``: the *untrained* ADLM reusing stale anchors at each K (what the
+   fusion module is there to repair), with its ppl and agreement.
+
+Writes the JSON (``--out``) with per-K rows, the model sizes, the machine and the date.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger("tadm_speed")
+ACCURACY_REASON = ("not measured: a ProsQA-capable diffusion model needs SFT far beyond this run's CPU budget "
+                   "(2 shared cores, ~25 min for training and measuring); the ppl bound and the agreement with K=1 "
+                   "greedy output are the quality measures here")
+
+
+def train_models(args) -> tuple[Path, Path]:
+    from anchored_reasoning.train import diffusion as dtrain
+    from anchored_reasoning.train import tadm as ttrain
+
+    work = Path(args.workdir)
+    adlm_dir, tadm_dir = work / "adlm", work / "tadm"
+    if not (adlm_dir / "config.json").is_file():
+        sizes = (f"{{hidden_size: {args.hidden}, num_attention_heads: 4, intermediate_size: {4 * args.hidden}, "
+                 f"num_hidden_layers: {args.anchor_layers}, denoiser_layers: {args.denoiser_layers}, "
+                 f"max_position_embeddings: {args.seq_len}}}")
+        dtrain.run("diffusion_pretrain_tiny_adlm", [
+            f"output_dir={adlm_dir}", f"model.config={sizes}", f"data.seq_len={args.seq_len}", "data.valid_text_file=null",
+            f"training.max_steps={args.base_steps}", f"training.learning_rate={args.lr}"])
+    if not (tadm_dir / "config.json").is_file():
+        ttrain.run("tadm_posttrain_tiny", [
+            f"output_dir={tadm_dir}", f"model.base={adlm_dir}", f"model.shared_layers={args.shared_layers}",
+            f"data.seq_len={args.seq_len}", "data.valid_text_file=null", f"training.max_steps={args.post_steps}",
+            f"training.stale_sampling_steps={args.steps}", f"training.learning_rate={args.lr}"])
+    return adlm_dir, tadm_dir
+
+
+class Counter:
+    def __init__(self, blocks: dict[str, list[torch.nn.Module]]):
+        self.calls = {k: 0 for k in blocks}
+        self.handles = [b.register_forward_hook(lambda *_, k=k: self.calls.__setitem__(k, self.calls[k] + 1))
+                        for k, bs in blocks.items() for b in bs]
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def adlm_blocks(model) -> dict[str, list[torch.nn.Module]]:
+    return {"anchor": list(model.anchor.layers), "denoiser": list(model.denoiser.layers)}
+
+
+def agreement(ids: torch.Tensor, ref: torch.Tensor) -> float:
+    """Share of generated tokens (after the one-token prompt) equal to the reference's."""
+    return float((ids[:, 1:] == ref[:, 1:]).float().mean())
+
+
+def timed_generation(model, prompt, cfg, k: int, repeats: int):
+    """(ids, best seconds, layer calls) of ``repeats`` timed runs after a warm-up."""
+    from anchored_reasoning.sampling import AnchorCacheModelFn, sample
+
+    def once():
+        fn = AnchorCacheModelFn(model, k) if k > 1 else None
+        return sample(model, prompt, cfg, model_fn=fn)
+
+    once()
+    best, ids = math.inf, None
+    for _ in range(repeats):
+        ids, stats = once()
+        best = min(best, stats.seconds)
+    blocks = model.stage_blocks() if hasattr(model, "stage_blocks") else adlm_blocks(model)
+    counter = Counter(blocks)
+    try:
+        _, stats = once()
+    finally:
+        counter.close()
+    return ids, best, counter.calls, stats.nfe
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workdir", default="runs/tadm_bench")
+    p.add_argument("--out", default="benchmarks/results/tadm_speed.json")
+    p.add_argument("--ks", type=int, nargs="+", default=[2, 3, 4, 8])
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--gen-length", type=int, default=64)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--ppl-blocks", type=int, default=100)
+    p.add_argument("--ppl-t-samples", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--anchor-layers", type=int, default=4)
+    p.add_argument("--denoiser-layers", type=int, default=1)
+    p.add_argument("--shared-layers", type=int, default=0)
+    p.add_argument("--base-steps", type=int, default=300)
+    p.add_argument("--post-steps", type=int, default=150)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    import anchored_reasoning.models  # noqa: F401  (Auto registration)
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from anchored_reasoning.objectives_tadm import stale_perplexity_bound
+    from anchored_reasoning.sampling import SamplerConfig
+    from anchored_reasoning.train.diffusion import data_path
+    from anchored_reasoning.train.tadm import text_blocks
+
+    t_start = time.monotonic()
+    adlm_dir, tadm_dir = train_models(args)
+    train_seconds = time.monotonic() - t_start
+    tok = AutoTokenizer.from_pretrained(adlm_dir)
+    adlm = AutoModelForMaskedLM.from_pretrained(adlm_dir).eval()
+    tadm = AutoModelForMaskedLM.from_pretrained(tadm_dir).eval()
+    held_out = text_blocks(tok, data_path("corpora/wikitext2_test.txt"), args.seq_len, args.ppl_blocks)
+    prompt = torch.full((args.batch, 1), tok.eos_token_id, dtype=torch.long)
+    cfg = SamplerConfig(remasking="low_confidence", steps=args.steps, gen_length=args.gen_length, temperature=0.0)
+    c = tadm.config
+
+    def ppl(model, k):
+        return stale_perplexity_bound(model, held_out, refresh_every=k, sampling_steps=args.steps,
+                                      num_t_samples=args.ppl_t_samples, seed=0).perplexity
+
+    with torch.no_grad():
+        ref_ids, ref_s, ref_calls, nfe = timed_generation(adlm, prompt, cfg, 1, args.repeats)
+        ref_ppl = ppl(adlm, 1)
+        n_tokens = args.batch * args.gen_length
+        ref_tps = n_tokens / ref_s
+        a_l, a_d = adlm.config.num_hidden_layers, adlm.config.num_denoiser_layers
+        rows = {"adlm_k1": {
+            "model": "ADLM", "K": 1, "tokens_per_s": ref_tps, "speedup_vs_k1": 1.0, "ppl": ref_ppl, "ppl_rel_change": 0.0,
+            "agreement_with_k1": 1.0, "accuracy": None, "accuracy_reason": ACCURACY_REASON,
+            "layer_calls": sum(ref_calls.values()), "layer_calls_by_stage": ref_calls,
+            "layer_calls_formula": nfe * (a_l + a_d), "nfe": nfe}}
+        tadm_rows, stale_rows = {}, {}
+        for k in [1, *args.ks]:
+            ids, secs, calls, nfe_k = timed_generation(tadm, prompt, cfg, k, args.repeats)
+            p_k = ppl(tadm, k)
+            tadm_rows[str(k)] = {
+                "model": "TADM", "K": k, "tokens_per_s": n_tokens / secs, "speedup_vs_k1": (n_tokens / secs) / ref_tps,
+                "ppl": p_k, "ppl_rel_change": p_k / ref_ppl - 1, "agreement_with_k1": agreement(ids, ref_ids),
+                "accuracy": None, "accuracy_reason": ACCURACY_REASON, "layer_calls": sum(calls.values()),
+                "layer_calls_by_stage": calls, "layer_calls_formula": c.layer_calls(nfe_k, k), "nfe": nfe_k}
+            logger.info("TADM K=%d: %.0f tok/s (x%.2f), ppl %.2f (ADLM %.2f), agreement %.3f", k, n_tokens / secs,
+                        (n_tokens / secs) / ref_tps, p_k, ref_ppl, tadm_rows[str(k)]["agreement_with_k1"])
+            if k > 1:
+                s_ids, s_secs, _, _ = timed_generation(adlm, prompt, cfg, k, 1)
+                p_s = ppl(adlm, k)
+                stale_rows[str(k)] = {"model": "ADLM (stale anchor, no fusion)", "K": k, "ppl": p_s,
+                                      "ppl_rel_change": p_s / ref_ppl - 1, "tokens_per_s": n_tokens / s_secs,
+                                      "agreement_with_k1": agreement(s_ids, ref_ids)}
+    post = json.loads((tadm_dir / "train_summary.json").read_text()) if (tadm_dir / "train_summary.json").is_file() else {}
+    result = {
+        "benchmark": "tadm_speed",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "python": sys.version.split()[0], "torch": torch.__version__, "threads": torch.get_num_threads(),
+                    "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available(),
+                    "note": "shared 2-core CPU; other jobs may run at the same time, so absolute tokens/s are noisy"},
+        "command": "python benchmarks/tadm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "setup": {"sampler": "low_confidence greedy", "steps_T": args.steps, "gen_length": args.gen_length,
+                  "batch": args.batch, "repeats": args.repeats, "ppl_heldout": f"wikitext2_test, {held_out.shape[0]} blocks "
+                  f"of {args.seq_len} tokens, {args.ppl_t_samples} t-samples", "vocab_size": adlm.config.vocab_size,
+                  "hidden_size": adlm.config.hidden_size, "adlm_layers": {"anchor": a_l, "denoiser": a_d},
+                  "tadm_layers": {"shared": c.shared_layers, "anchor": c.num_hidden_layers, "denoiser": c.num_denoiser_layers},
+                  "fusion_parameters": sum(p.numel() for p in tadm.fusion.parameters()),
+                  "base_train_steps": args.base_steps, "posttrain_steps": post.get("global_steps", args.post_steps),
+                  "train_and_load_seconds": round(train_seconds, 1),
+                  "cost_formula": "T (L_S + L_D) + ceil(T/K) L_A layer calls per generation"},
+        "results": {"adlm_k1": rows["adlm_k1"], "tadm": tadm_rows, "adlm_stale": stale_rows},
+        "goal": "speedup >= 1.5 at K=3 with at most 2% relative quality (ppl) loss",
+    }
+    k3 = tadm_rows.get("3")
+    if k3:
+        result["goal_met_at_k3"] = bool(k3["speedup_vs_k1"] >= 1.5 and k3["ppl_rel_change"] <= 0.02)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    logger.info("wrote %s", out)
+    print(json.dumps({k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()
+                          if kk in ("tokens_per_s", "speedup_vs_k1", "ppl", "ppl_rel_change", "agreement_with_k1",
+                                    "layer_calls", "layer_calls_formula")} for k, v in tadm_rows.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
