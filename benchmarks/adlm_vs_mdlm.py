@@ -240,11 +240,11 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
 
     params = {"num_nodes": args.sft_nodes, "min_hops": 1, "max_hops": 2}
     heldout = generate_examples("prosqa", args.sft_eval_n, 10_000, params, split="heldout")
-    method = get_method("cot", style="trained")
+    method = get_method(args.sft_method, style="trained")
     sft: dict[str, Any] = {"setup": {"task": "prosqa (generated)", "generator_params": params, "train_n": args.sft_n,
                                      "heldout_n": args.sft_eval_n, "heldout_seed": 10_000, "steps": args.sft_steps,
                                      "batch_size": args.sft_batch, "width": args.sft_width, "layers": args.layers,
-                                     "format": "trained cot ([BoR] steps [EoR] ### answer)",
+                                     "method": f"trained-style {args.sft_method}",
                                      "sampler": "low_confidence, greedy, gen_length 64, steps 64, block 32",
                                      "plain": "MDLM, LLaDA SFT loss", "anchored": "ADLM, ANELBO, anchors = reasoning-path nodes"}}
     result["sft"] = sft
@@ -259,7 +259,7 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
                 f"data.train.n={args.sft_n}", f"data.train.seed={seed}", f"data.train.params.num_nodes={args.sft_nodes}",
                 "data.valid=null", f"training.max_steps={args.sft_steps}", f"training.per_device_train_batch_size={args.sft_batch}",
                 f"training.learning_rate={args.sft_lr}", f"training.anchored={'true' if arch == 'adlm' else 'false'}",
-                f"training.logging_steps={max(1, args.sft_steps // 5)}",
+                f"training.logging_steps={max(1, args.sft_steps // 5)}", f"method.name={args.sft_method}",
             ]
             t0 = time.perf_counter()
             ckpt = train_run("diffusion_sft_prosqa_" + arch, recipe_over)
@@ -335,13 +335,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--gamma", type=float, default=3e-3)
     ap.add_argument("--tau", type=int, default=5)
-    ap.add_argument("--test-tokens", type=int, default=32768, help="score the first N tokens of the test file")
-    ap.add_argument("--t-samples", type=int, default=8)
+    ap.add_argument("--test-tokens", type=int, default=16384, help="score the first N tokens of the test file")
+    ap.add_argument("--t-samples", type=int, default=4)
     ap.add_argument("--sft-seeds", type=int, nargs="+", default=None, help="default: --seeds")
     ap.add_argument("--sft-steps", type=int, default=200)
     ap.add_argument("--sft-n", type=int, default=2000)
     ap.add_argument("--sft-eval-n", type=int, default=100)
     ap.add_argument("--sft-nodes", type=int, default=6)
+    ap.add_argument("--sft-method", default="cot", help="trained-style rendering for SFT: cot or nocot")
     ap.add_argument("--sft-width", type=int, default=64)
     ap.add_argument("--sft-batch", type=int, default=16)
     ap.add_argument("--sft-lr", type=float, default=3e-3)

@@ -145,6 +145,7 @@ def test_prosqa_sft_then_runner_end_to_end(tmp_path):
                                        "data.train.n=128", "training.per_device_train_batch_size=16",
                                        "training.learning_rate=3.0e-3"])
     backend = get_backend("diffusion", str(ckpt), sampler="low_confidence", steps=32, block_length=16, batch_size=4)
+    assert backend.gen_length == 48  # the response window it was fine-tuned with (anchored_reasoning.json)
     method = build_method(None, ckpt)
     assert method.name == "cot"
     examples = generate_examples("prosqa", 6, 99, {"num_nodes": 6, "min_hops": 1, "max_hops": 2}, split="heldout")

@@ -119,6 +119,14 @@ def test_collator_eos_padding_is_supervised(tok):
     pad = DiffusionCollator(pad_token_id=0, eos_token_id=2, eos_padding=False)(rows)
     assert pad["input_ids"][1].tolist() == [5, 6, 0, 0] and pad["labels"][1].tolist() == [-100, 6, -100, -100]
     assert pad["attention_mask"][1].tolist() == [1, 1, 0, 0]
+    # LLaDA's fixed window: every response EOS-padded to 4 tokens, the rest plain padding
+    fixed = DiffusionCollator(pad_token_id=0, eos_token_id=2, response_length=4)(rows)
+    assert fixed["input_ids"].tolist() == [[5, 6, 7, 2, 2], [5, 6, 2, 2, 2]]
+    assert fixed["labels"].tolist() == [[-100, 6, 7, 2, 2], [-100, 6, 2, 2, 2]]
+    with pytest.raises(ConfigError, match="response_length=4 needs 5 positions > max_length=4"):
+        DiffusionCollator(pad_token_id=0, eos_token_id=2, response_length=4, max_length=4)(rows)
+    with pytest.raises(ConfigError, match="a row of 4 tokens exceeds max_length=3"):
+        DiffusionCollator(pad_token_id=0, eos_token_id=2, max_length=3)(rows)
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -219,6 +227,13 @@ def test_bf16_guard_on_cpu(tmp_path):
         make_config({"training": {"bf16": True}}, tmp_path)
 
 
+def test_response_length_must_fit_the_context(tmp_path):
+    from anchored_reasoning.train.diffusion import run
+
+    with pytest.raises(ConfigError, match="response_length=190"):
+        run("diffusion_tiny_test", [f"output_dir={tmp_path}", "training.response_length=190"])
+
+
 def test_acot_method_rejected_for_diffusion(tmp_path):
     from anchored_reasoning.train.diffusion import run
 
@@ -234,6 +249,7 @@ def test_tiny_recipe_trains_saves_and_reloads(tmp_path):
     out = run("diffusion_tiny_test", [f"output_dir={tmp_path / 'ckpt'}"])
     meta = json.loads((out / "anchored_reasoning.json").read_text())
     assert meta["method"] == "cot" and meta["style"] == "trained" and meta["backend"] == "diffusion"
+    assert meta["gen_length"] == 48  # training.response_length: the window the backend fills by default
     summary = json.loads((out / "train_summary.json").read_text())
     assert summary["global_steps"] == 4 and summary["encode_stats"]["rows"] == 32
     assert any("anchor_loss" in h for h in summary["log_history"])

@@ -15,7 +15,8 @@ How a prompt becomes a completion:
 * ``gen_length`` mask tokens are appended and denoised by the sampler (``sampler``: ``ancestral``,
   ``low_confidence``, ``random``, ``remdm`` or ``threshold``; see
   :mod:`anchored_reasoning.sampling.samplers`). ``gen_length`` is the backend option when given,
-  capped by the run's ``max_new_tokens``; otherwise ``max_new_tokens``. ``steps`` defaults to
+  else the window the checkpoint was fine-tuned with (``gen_length`` in its ``anchored_reasoning.json``,
+  from ``training.response_length``), capped by the run's ``max_new_tokens``; otherwise ``max_new_tokens``. ``steps`` defaults to
   ``gen_length`` (one token per step); ``block_length`` defaults to one block;
 * the text is cut at the first EOS, then at the earliest stop string; ``n_tokens`` counts the
   generated tokens up to that point (EOS excluded); ``finish_reason`` is ``"stop"`` when EOS or a
@@ -140,6 +141,12 @@ class DiffusionBackend:
 
         self.mask_token_id, self.max_length = model_info(self.model)
         self.strip_ids = {i for i in (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, self.mask_token_id) if i is not None}
+        if self.gen_length is None and self.model_path is not None:
+            from anchored_reasoning.eval.runner import checkpoint_meta
+
+            trained = (checkpoint_meta(self.model_path) or {}).get("gen_length")
+            if trained:  # the fixed response window the checkpoint was fine-tuned to fill
+                self.gen_length = int(trained)
         self._revision = None
         if self.model_path is not None:
             from anchored_reasoning.backends.hf import local_fingerprint

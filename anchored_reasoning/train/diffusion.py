@@ -353,12 +353,21 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         valid_rows = sft_rows(valid_examples, method, task_name, tokenizer, max_length, overlong, anchors, "valid")[0] \
             if valid_examples else []
         encode_stats = dataclasses.asdict(stats)
+        if config.response_length:
+            longest_prompt = max(sum(1 for x in r["labels"] if x == -100) for r in train_rows + valid_rows)
+            if longest_prompt + config.response_length > max_positions:
+                raise ConfigError(
+                    f"training.response_length={config.response_length} + the longest prompt ({longest_prompt} tokens) "
+                    f"exceeds the model's max_position_embeddings={max_positions}; lower response_length")
     else:
         train_rows, seq_len = pretrain_rows(recipe, tokenizer, max_positions)
         valid_rows, encode_stats = [], {"rows": len(train_rows), "seq_len": seq_len}
     logger.info("data ready in %.1fs: %d train rows, %d valid rows", time.monotonic() - t0, len(train_rows), len(valid_rows))
 
-    collator = DiffusionCollator.for_tokenizer(tokenizer, eos_padding=config.eos_padding, max_length=max_positions)
+    if config.response_length is not None and mode != "sft":
+        raise ConfigError("training.response_length applies to SFT (prompt/response rows) only")
+    collator = DiffusionCollator.for_tokenizer(tokenizer, eos_padding=config.eos_padding,
+                                               response_length=config.response_length, max_length=max_positions)
     budget = TimeBudgetCallback(config.max_train_seconds)
     trainer = DiffusionSFTTrainer(
         model=model,
@@ -401,6 +410,8 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         meta = {"backend": "diffusion", "mode": mode, "arch": type(model).__name__.lower(), "task": task_name}
         if method is not None:
             meta.update({"method": method.name, "method_options": method.options, "style": "trained"})
+            if config.response_length:
+                meta["gen_length"] = int(config.response_length)  # the window it was trained to fill
         else:
             meta.update({"method": "text", "style": "pretrained"})
         (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")

@@ -22,7 +22,9 @@ What the loss is (see :mod:`anchored_reasoning.objectives`):
 collator pads each row on the right with EOS tokens that are *supervised*: they belong to the
 response, may be masked, and count in its length. The model thus learns to fill the tail of a
 fixed-length generation window with EOS, which is what lets the samplers produce answers shorter
-than ``gen_length``. With ``eos_padding=False`` rows are padded with the pad token, padding is
+than ``gen_length``. ``response_length`` pads every response to a fixed window (LLaDA pads to a fixed
+length), so training sees windows of the size the sampler fills; the checkpoint records it and the
+diffusion backend uses it as its default ``gen_length``. With ``eos_padding=False`` rows are padded with the pad token, padding is
 masked out of attention and of the loss, and only the single EOS after each response is learned.
 
 Logged separately: ``nelbo`` (the denoiser's NELBO / LLaDA loss), ``anchor_loss`` (ADLM anchor CE,
@@ -59,6 +61,9 @@ class DiffusionSFTConfig(SFTConfig):
     anchor_tau: int = field(default=5, metadata={"help": "frequency rule: a token is an anchor if it occurs <= tau times"})
     gamma_warmup_ratio: float = field(default=0.003, metadata={"help": "gamma ramps 0 -> anchor_gamma over this share of steps"})
     eos_padding: bool = field(default=True, metadata={"help": "pad rows with supervised EOS (LLaDA) instead of ignored pad"})
+    response_length: int | None = field(
+        default=None, metadata={"help": "SFT: EOS-pad every response to this many tokens (LLaDA's fixed window; "
+                                        "use the gen_length you will sample with). None: pad to the batch's longest row"})
     antithetic_time: bool = field(default=True, metadata={"help": "low-discrepancy diffusion times over the batch"})
     time_eps: float = field(default=1e-3, metadata={"help": "smallest diffusion time / schedule epsilon"})
     loss_normalization: str | None = field(
@@ -100,13 +105,17 @@ class DiffusionSFTConfig(SFTConfig):
 class DiffusionCollator:
     """Right-pads pre-tokenized rows (``input_ids``, ``labels``, optional ``anchor_mask``).
 
-    ``eos_padding=True``: padding is EOS with its label set (supervised, attended, maskable) on
-    rows that have loss tokens; ``False``: pad token, label -100, attention 0.
+    ``eos_padding=True``: each row that has loss tokens is extended with EOS tokens whose labels are
+    set (supervised, attended, maskable) -- up to the longest row of the batch, or, with
+    ``response_length``, until its response (the labelled part) is ``response_length`` tokens long
+    (LLaDA's fixed window; a longer response is left as is). Whatever width remains is padded with
+    the pad token: label -100, attention 0. ``eos_padding=False``: pad tokens only.
     """
 
     pad_token_id: int
     eos_token_id: int | None = None
     eos_padding: bool = True
+    response_length: int | None = None
     pad_to_multiple_of: int | None = None
     max_length: int | None = None
 
@@ -120,15 +129,33 @@ class DiffusionCollator:
     def __post_init__(self) -> None:
         if self.eos_padding and self.eos_token_id is None:
             raise ConfigError("eos_padding=True needs an eos_token_id")
+        if self.response_length is not None and (self.response_length < 1 or not self.eos_padding):
+            raise ConfigError(f"response_length={self.response_length} needs eos_padding=True and a value >= 1")
+
+    def _eos_target(self, ids: list[int], labels: list[int], width: int) -> int:
+        """The length row ``ids`` is extended to with supervised EOS."""
+        if not self.eos_padding or not any(x != IGNORE_INDEX for x in labels):
+            return len(ids)
+        if self.response_length is None:
+            return width
+        n_prompt = next(i for i, x in enumerate(labels) if x != IGNORE_INDEX)
+        return max(len(ids), n_prompt + self.response_length)
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        width = max(len(r["input_ids"]) for r in rows)
+        longest = max(len(r["input_ids"]) for r in rows)
+        if self.max_length is not None and longest > self.max_length:
+            raise ConfigError(f"a row of {longest} tokens exceeds max_length={self.max_length}")
+        width = longest
+        if self.response_length is not None:
+            width = max(self._eos_target(list(r["input_ids"]), list(r["labels"]), 0) for r in rows)
+            if self.max_length is not None and width > self.max_length:
+                raise ConfigError(
+                    f"prompt + response_length={self.response_length} needs {width} positions > max_length="
+                    f"{self.max_length}; lower response_length or raise the model's context")
         if self.pad_to_multiple_of:
             width = int(math.ceil(width / self.pad_to_multiple_of) * self.pad_to_multiple_of)
-        if self.max_length is not None:
-            if width > self.max_length and max(len(r["input_ids"]) for r in rows) > self.max_length:
-                raise ConfigError(f"a row of {max(len(r['input_ids']) for r in rows)} tokens exceeds max_length={self.max_length}")
-            width = min(width, self.max_length)
+            if self.max_length is not None:
+                width = min(width, max(self.max_length, longest))
         n = len(rows)
         input_ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
         labels = torch.full((n, width), IGNORE_INDEX, dtype=torch.long)
@@ -143,10 +170,11 @@ class DiffusionCollator:
             input_ids[i, :k] = torch.tensor(ids, dtype=torch.long)
             labels[i, :k] = torch.tensor(lab, dtype=torch.long)
             attention[i, :k] = 1
-            if self.eos_padding and k < width and any(x != IGNORE_INDEX for x in lab):
-                input_ids[i, k:] = self.eos_token_id
-                labels[i, k:] = self.eos_token_id
-                attention[i, k:] = 1
+            end = min(self._eos_target(ids, lab, width), width)
+            if end > k:
+                input_ids[i, k:end] = self.eos_token_id
+                labels[i, k:end] = self.eos_token_id
+                attention[i, k:end] = 1
             if anchor is not None:
                 am = list(r.get("anchor_mask") or [])
                 if am:
