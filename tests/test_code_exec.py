@@ -106,6 +106,12 @@ def test_unfenced_full_function_repeat_works():
     assert grade("    pass\n\n\ndef double_all(xs):\n    return [2 * x for x in xs]\n").correct
 
 
+def test_main_guard_demo_block_does_not_run():
+    completion = ("```python\ndef double_all(xs):\n    return [2 * x for x in xs]\n\n"
+                  "if __name__ == '__main__':\n    n = int(input())\n    print(double_all([n]))\n```")
+    assert grade(completion).correct
+
+
 def test_empty_completion_is_not_run():
     g = grade("  \n")
     assert not g.correct and g.extracted is None and g.details["status"] == "no_code"

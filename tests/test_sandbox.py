@@ -124,6 +124,11 @@ def test_odd_sources_are_graded_not_raised(work_root):
     assert run("", work_root).status == "ok"
 
 
+def test_module_name(work_root):
+    assert run("print(__name__)", work_root).stdout == "__main__\n"
+    assert run("print(__name__)", work_root, module_name="candidate").stdout == "candidate\n"
+
+
 def test_bad_config_is_a_config_error():
     with pytest.raises(ConfigError, match="timeout_s"):
         SandboxConfig(timeout_s=0)

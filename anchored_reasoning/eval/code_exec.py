@@ -17,6 +17,10 @@ Which code is run (also in docs/sandbox.md):
 
 A whitespace-only completion is not run: ``extracted`` is None and the grade is wrong.
 
+The program runs with ``__name__ == "humaneval_program"`` (the reference harness execs it in a
+fresh dict, where ``__name__`` is not ``"__main__"`` either), so a model's
+``if __name__ == "__main__":`` block with demos or ``input()`` does not run.
+
 The program passes only when the sandbox confirms it ran to its very end (after
 ``check(...)`` returned) and exited 0: early ``sys.exit(0)``/``os._exit(0)`` are failures.
 ``Grade.details``: ``status`` ("passed", "failed", "early_exit", "timeout", "killed",
@@ -37,7 +41,10 @@ from anchored_reasoning.types import Example, Grade
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_CONFIG = SandboxConfig(timeout_s=DEFAULT_TIMEOUT_S, memory_mb=1024, max_output_bytes=256 * 1024)
+# module_name: like the reference harness (exec in a fresh dict), `if __name__ == "__main__":` blocks
+# a model adds for demos or input() do not run.
+DEFAULT_CONFIG = SandboxConfig(timeout_s=DEFAULT_TIMEOUT_S, memory_mb=1024, max_output_bytes=256 * 1024,
+                               module_name="humaneval_program")
 _STDERR_TAIL = 2000
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.S | re.M)

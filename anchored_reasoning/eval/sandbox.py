@@ -104,6 +104,8 @@ class SandboxConfig:
     directories are put on sys.path (``.pth`` files are not processed; the site module is not run).
     ``python``: interpreter to run (default: the current one).
     ``work_root``: where the throwaway work dirs are created (default: the system temp dir).
+    ``module_name``: the program's ``__name__`` (HumanEval grading uses another name, as the
+    reference harness does, so ``if __name__ == "__main__":`` demo blocks do not run).
     """
 
     timeout_s: float = 10.0
@@ -119,6 +121,7 @@ class SandboxConfig:
     site_packages: bool = True
     python: str | None = None
     work_root: str | None = None
+    module_name: str = "__main__"
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -131,6 +134,8 @@ class SandboxConfig:
                 raise ConfigError(f"SandboxConfig.{name} must be a positive integer, got {value!r}")
         if self.max_open_files < 16:
             raise ConfigError("SandboxConfig.max_open_files must be >= 16 (the interpreter itself needs some)")
+        if not self.module_name.isidentifier():
+            raise ConfigError(f"SandboxConfig.module_name must be a Python identifier, got {self.module_name!r}")
         if self.isolation not in ("auto", *LAYERS):
             raise ConfigError(
                 f"SandboxConfig.isolation must be 'auto' or one of {', '.join(LAYERS)}, got {self.isolation!r}"
@@ -220,6 +225,7 @@ def _clear_capabilities():
 def _child(req, fds):
     import resource
     guard = req["guard"]
+    module_name = req["name"]
     out, err, st = fds
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0); os.dup2(out, 1); os.dup2(err, 2); os.dup2(st, 3)
@@ -246,7 +252,7 @@ def _child(req, fds):
                 raise PermissionError("network access is disabled in the anchored-reasoning sandbox")
         sys.addaudithook(_no_network)
     path = os.path.abspath("program.py")
-    module = type(sys)("__main__")
+    module = type(sys)(module_name)
     module.__file__ = path
     sys.modules["__main__"] = module
     sys.argv = [path]
@@ -869,7 +875,7 @@ class _Worker:
             os.chown(run_host, uid, uid)
         request = json.dumps({
             "run": run_id, "dir": run_inner, "uid": uid, "limits": _rlimits(cfg, dropped),
-            "nonce": nonce, "guard": cfg.network_guard, "env": _env(run_inner, run_id),
+            "nonce": nonce, "guard": cfg.network_guard, "env": _env(run_inner, run_id), "name": cfg.module_name,
         }).encode()
 
         out_r, out_w = os.pipe()
