@@ -77,17 +77,26 @@ def check_counts(ids, stats, cfg, bsz):
     top_k=st.sampled_from([0, 5]),
     threshold=st.floats(0.0, 1.0),
     eta=st.sampled_from([0.0, 0.02, 0.5]),
+    stop_at_eos=st.booleans(),
+    left_pad=st.integers(0, 3),
     seed=st.integers(0, 10_000),
 )
 def test_no_sampler_changes_a_committed_token(remasking, adlm, bsz, plen, gen_length, block_length, extra_steps,
-                                              temperature, top_p, top_k, threshold, eta, seed):
+                                              temperature, top_p, top_k, threshold, eta, stop_at_eos, left_pad, seed):
     model = tiny(ADLM if adlm else MDLM)
     n_blocks = len(range(0, gen_length, block_length or gen_length))
     cfg = SamplerConfig(remasking=remasking, steps=n_blocks + extra_steps, gen_length=gen_length,
                         block_length=block_length, temperature=temperature, top_p=top_p, top_k=top_k,
-                        threshold=threshold, eta=eta, seed=seed)
-    prompt = torch.randint(4, V, (bsz, plen), generator=torch.Generator().manual_seed(seed))
-    ids, stats, trace = run_with_trace(model, prompt, cfg)
+                        threshold=threshold, eta=eta, seed=seed, stop_at_eos=stop_at_eos, eos_token_id=EOS)
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(4, V, (bsz, plen), generator=g)
+    kw = {}
+    if left_pad and plen:  # row 0 left-padded by up to left_pad tokens (pad id 0)
+        am = torch.ones_like(prompt)
+        am[0, :min(left_pad, plen - 1)] = 0
+        prompt[0][am[0] == 0] = 0
+        kw["attention_mask"] = am
+    ids, stats, trace = run_with_trace(model, prompt, cfg, **kw)
     assert ids.shape == (bsz, plen + gen_length)
     check_committed_never_change(prompt, ids, stats, trace, cfg)
     check_counts(ids, stats, cfg, bsz)
