@@ -101,6 +101,13 @@ def test_too_long_prompts_are_errors_or_documented_shrink(tok):
     full, _ = backend_for(tok, "4", prompt, max_len=n, fit="shrink")
     with pytest.raises(BackendError, match="fills the model's whole context"):
         full.generate([Prompt(prompt)], SamplingSpec(max_new_tokens=8))
+    # truncate keeps the prompt's last tokens; the scripted model then starts its answer right after them
+    trunc, model = backend_for(tok, "4", prompt, max_len=n, fit="truncate")
+    model.prompt_len = n - 4
+    [[c]] = trunc.generate([Prompt(prompt)], SamplingSpec(max_new_tokens=4))
+    assert c.text == "4" and c.finish_reason == "stop"
+    with pytest.raises(BackendError, match="leaves no room"):
+        trunc.generate([Prompt(prompt)], SamplingSpec(max_new_tokens=n + 1))
 
 
 def test_sampled_rows_do_not_depend_on_the_batch(tok, tmp_path):
@@ -130,7 +137,7 @@ def test_bad_options(tok):
     with pytest.raises(ConfigError, match="needs tokenizer"):
         DiffusionBackend(model)
     with pytest.raises(ConfigError, match="fit"):
-        DiffusionBackend(model, tokenizer=tok, fit="truncate")
+        DiffusionBackend(model, tokenizer=tok, fit="cut")
 
 
 @pytest.mark.slow

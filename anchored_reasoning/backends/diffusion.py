@@ -22,8 +22,11 @@ How a prompt becomes a completion:
   generated tokens up to that point (EOS excluded); ``finish_reason`` is ``"stop"`` when EOS or a
   stop string ended it, else ``"length"``;
 * a prompt whose length plus ``gen_length`` exceeds the model's context raises
-  :class:`~anchored_reasoning.errors.BackendError` (``fit=shrink`` instead shortens the generation
-  window to what fits, logged; a prompt that fills the whole context is always an error);
+  :class:`~anchored_reasoning.errors.BackendError`, unless ``fit`` says otherwise: ``shrink``
+  shortens the generation window to what fits (a prompt that fills the whole context is still an
+  error); ``truncate`` keeps the *last* ``context - gen_length`` prompt tokens (the question's end
+  and the answer cue survive). Both are logged as warnings and recorded as ``finish_reason``
+  ``"shrunk"`` / ``"truncated_prompt"`` when the completion did not end by itself;
 * determinism: greedy decoding with a deterministic sampler (``low_confidence`` / ``threshold`` at
   temperature 0) runs prompts in batches; any sampler that draws random numbers (temperature > 0,
   ``ancestral``, ``random``, ``remdm``) runs each (prompt, sample) row alone with a seed derived
@@ -43,7 +46,7 @@ from anchored_reasoning.types import Completion, Prompt, SamplingSpec
 
 log = logging.getLogger(__name__)
 
-FIT_POLICIES = ("error", "shrink")
+FIT_POLICIES = ("error", "shrink", "truncate")
 _DETERMINISTIC_GREEDY = ("low_confidence", "threshold")
 
 
@@ -163,6 +166,20 @@ class DiffusionBackend:
             return list(tok(text, add_special_tokens=False)["input_ids"])
         return list(tok(prompt.text)["input_ids"])
 
+    def fit_prompt(self, ids: list[int], spec: SamplingSpec) -> tuple[list[int], int, str | None]:
+        """(prompt ids, generation window, adjustment or None) for one prompt (see the module doc)."""
+        gen = min(self.gen_length, spec.max_new_tokens) if self.gen_length else spec.max_new_tokens
+        if self.fit == "truncate" and self.max_length is not None and len(ids) + gen > self.max_length:
+            keep = self.max_length - gen
+            if keep < 1:
+                raise BackendError(f"the generation window {gen} leaves no room for a prompt in the model's context "
+                                   f"({self.max_length}); lower max_new_tokens / gen_length")
+            log.warning("prompt of %d tokens truncated to its last %d to fit the context of %d with a window of %d",
+                        len(ids), keep, self.max_length, gen)
+            return ids[-keep:], gen, "truncated_prompt"
+        window = self.window(len(ids), spec)
+        return ids, window, ("shrunk" if window < gen else None)
+
     def window(self, prompt_len: int, spec: SamplingSpec) -> int:
         """The generation window for a prompt of ``prompt_len`` tokens (see the module doc)."""
         gen = min(self.gen_length, spec.max_new_tokens) if self.gen_length else spec.max_new_tokens
@@ -178,7 +195,8 @@ class DiffusionBackend:
                 return self.max_length - prompt_len
             raise BackendError(
                 f"prompt of {prompt_len} tokens + generation window {gen} exceeds the model's context "
-                f"({self.max_length}); lower max_new_tokens / gen_length, or pass --backend-arg fit=shrink")
+                f"({self.max_length}); lower max_new_tokens / gen_length, or pass --backend-arg fit=shrink "
+                "(shorter window) or fit=truncate (keep the prompt's end)")
         return gen
 
     def sampler_config(self, gen_length: int, spec: SamplingSpec, seed: int):
@@ -223,8 +241,10 @@ class DiffusionBackend:
             raise ConfigError(f"n={spec.n}: ask for at least one sample per prompt")
         if spec.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens={spec.max_new_tokens}: must be >= 1")
-        encoded = [self.encode(p) for p in prompts]
-        windows = [self.window(len(ids), spec) for ids in encoded]  # every prompt checked before any work
+        fitted = [self.fit_prompt(self.encode(p), spec) for p in prompts]  # every prompt checked before any work
+        encoded = [f[0] for f in fitted]
+        windows = [f[1] for f in fitted]
+        adjusted = [f[2] for f in fitted]
         random_rows = self._random(spec)
         copies = spec.n if random_rows else 1
         rows = [(pi, si) for pi in range(len(prompts)) for si in range(copies)]
@@ -243,6 +263,9 @@ class DiffusionBackend:
                     batch = members[start : start + self.batch_size]
                     outs = self._generate_batch([encoded[pi] for pi, _ in batch], window, spec, spec.seed, [spec.stop] * len(batch))
                     results.update(zip(batch, outs))
+        for (pi, si), c in results.items():
+            if adjusted[pi] and c.finish_reason == "length":
+                c.finish_reason = adjusted[pi]
         out: list[list[Completion]] = []
         for pi in range(len(prompts)):
             if copies == 1:

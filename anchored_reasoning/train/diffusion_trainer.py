@@ -260,6 +260,8 @@ class DiffusionSFTTrainer(SFTTrainer):
         if mode == "train":
             self._total_train_tokens += int(gather(torch.tensor(result.num_tokens, device=input_ids.device)).sum().item())
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
-        if return_outputs:
-            return result.loss, {"nelbo": result.nelbo.detach()}
+        if return_outputs:  # no logits: the loss is all an evaluation of a diffusion objective needs
+            from anchored_reasoning.models import DiffusionLMOutput
+
+            return result.loss, DiffusionLMOutput(loss=result.loss.detach(), logits=None)
         return result.loss
