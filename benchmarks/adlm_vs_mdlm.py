@@ -245,13 +245,14 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
                                      "heldout_n": args.sft_eval_n, "heldout_seed": 10_000, "steps": args.sft_steps,
                                      "batch_size": args.sft_batch, "width": args.sft_width, "layers": args.layers,
                                      "method": f"trained-style {args.sft_method}",
-                                     "sampler": "low_confidence, greedy, gen_length 64, steps 64, block 32",
+                                     "response_window": args.gen_length,
+                                     "sampler": f"low_confidence, greedy, gen_length {args.gen_length}, steps {args.gen_length}, "
+                                                f"block {args.gen_length // 2}",
                                      "plain": "MDLM, LLaDA SFT loss", "anchored": "ADLM, ANELBO, anchors = reasoning-path nodes"}}
     result["sft"] = sft
     seeds = args.sft_seeds or args.seeds
-    for label, arch in (("plain", "mdlm"), ("anchored", "adlm")):
-        accs, toks = [], []
-        for seed in seeds:
+    for seed in seeds:  # seeds outermost: a run cut short still holds paired plain/anchored results
+        for label, arch in (("plain", "mdlm"), ("anchored", "adlm")):
             recipe_over = [
                 f"output_dir={work / f'sft-{arch}-{seed}'}", f"seed={seed}", f"model.arch={arch}",
                 f"model.config.hidden_size={args.sft_width}", f"model.config.intermediate_size={4 * args.sft_width}",
@@ -260,24 +261,25 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
                 "data.valid=null", f"training.max_steps={args.sft_steps}", f"training.per_device_train_batch_size={args.sft_batch}",
                 f"training.learning_rate={args.sft_lr}", f"training.anchored={'true' if arch == 'adlm' else 'false'}",
                 f"training.logging_steps={max(1, args.sft_steps // 5)}", f"method.name={args.sft_method}",
+                f"training.response_length={args.gen_length}",
             ]
             t0 = time.perf_counter()
             ckpt = train_run("diffusion_sft_prosqa_" + arch, recipe_over)
             train_s = time.perf_counter() - t0
-            backend = DiffusionBackend(str(ckpt), sampler="low_confidence", steps=64, gen_length=64, block_length=32,
-                                       batch_size=16, device="cpu")
+            backend = DiffusionBackend(str(ckpt), sampler="low_confidence", steps=args.gen_length,
+                                       block_length=args.gen_length // 2, batch_size=16, device="cpu")
             summary = run_eval("prosqa", backend, method, out_dir=work / f"sft-eval-{arch}-{seed}", examples=heldout,
-                               max_new_tokens=64, progress=False)
-            accs.append(summary["accuracy"]["mean"])
-            toks.append(summary["tokens"]["mean"])
+                               max_new_tokens=args.gen_length, progress=False)
             sft.setdefault(f"{label}_per_seed", []).append(
                 {"seed": seed, "accuracy": summary["accuracy"]["mean"], "ci95": [summary["accuracy"]["ci_low"], summary["accuracy"]["ci_high"]],
                  "mean_generated_tokens": summary["tokens"]["mean"], "no_answer": summary["counts"]["no_answer"],
                  "train_seconds": round(train_s, 1)})
+            runs = sft[f"{label}_per_seed"]
+            sft[label] = {"arch": arch, "accuracy": mean([r["accuracy"] for r in runs]),
+                          "mean_generated_tokens": mean([r["mean_generated_tokens"] for r in runs]),
+                          "seeds": [r["seed"] for r in runs]}
             log.info("sft %s seed %d: accuracy %.3f", label, seed, summary["accuracy"]["mean"])
             write(out, result)
-        sft[label] = {"arch": arch, "accuracy": mean(accs), "mean_generated_tokens": mean(toks), "seeds": list(seeds)}
-        write(out, result)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-file", default="corpora/wikitext2_valid.txt")
     ap.add_argument("--test-file", default="corpora/wikitext2_test.txt")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=240, help="training steps of each model at equal tokens")
+    ap.add_argument("--steps", type=int, default=200, help="training steps of each model at equal tokens")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=1024)
@@ -338,15 +340,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-tokens", type=int, default=16384, help="score the first N tokens of the test file")
     ap.add_argument("--t-samples", type=int, default=4)
     ap.add_argument("--sft-seeds", type=int, nargs="+", default=None, help="default: --seeds")
-    ap.add_argument("--sft-steps", type=int, default=200)
+    ap.add_argument("--sft-steps", type=int, default=150)
     ap.add_argument("--sft-n", type=int, default=2000)
-    ap.add_argument("--sft-eval-n", type=int, default=100)
+    ap.add_argument("--sft-eval-n", type=int, default=64)
     ap.add_argument("--sft-nodes", type=int, default=6)
     ap.add_argument("--sft-method", default="cot", help="trained-style rendering for SFT: cot or nocot")
     ap.add_argument("--sft-width", type=int, default=64)
     ap.add_argument("--sft-batch", type=int, default=16)
     ap.add_argument("--sft-lr", type=float, default=3e-3)
-    ap.add_argument("--gen-length", type=int, default=64)
+    ap.add_argument("--gen-length", type=int, default=64, help="SFT response window = eval window; sampler benchmark window")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-sft", action="store_true")
     ap.add_argument("--skip-samplers", action="store_true")
