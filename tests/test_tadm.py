@@ -280,6 +280,9 @@ def test_save_and_from_pretrained_round_trip(tmp_path):
         assert type(loaded) is TADM and loaded.config.fusion_size == 48
         with torch.no_grad():
             assert torch.equal(loaded(z, anchor_input_ids=z_old).logits, ref)
+    from anchored_reasoning.sampling import load_masked_diffusion_model
+
+    assert type(load_masked_diffusion_model(str(tmp_path))) is TADM  # the eval backend's loader: native, not wrapped
 
 
 # ------------------------------------------------------------------------------------ trainer

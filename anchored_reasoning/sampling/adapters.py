@@ -98,19 +98,19 @@ def _resolve_mask_id(path: str, config: Any, tokenizer: Any, explicit: int | Non
 def load_masked_diffusion_model(name_or_path: str, *, mask_token_id: int | None = None, trust_remote_code: bool = False,
                                 dtype: Any = None, shift_logits: bool | None = None,
                                 attention_mask_format: str | None = None, **kwargs: Any) -> nn.Module:
-    """Load a diffusion LM for sampling/training: our MDLM/ADLM as themselves, anything else
+    """Load a diffusion LM for sampling/training: our MDLM/ADLM/TADM as themselves, anything else
     (LLaDA/Dream style; ``trust_remote_code`` for their custom code) wrapped in
     :class:`MaskedDiffusionAdapter`. Returns the model in eval mode."""
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    import anchored_reasoning.models  # noqa: F401  (registers mdlm/adlm with the Auto classes)
+    from ..models import DiffusionPreTrainedModel  # importing registers our models with the Auto classes
 
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     model_type = str(getattr(config, "model_type", "")).lower()
     load_kwargs = dict(trust_remote_code=trust_remote_code, **kwargs)
     if dtype is not None:
         load_kwargs["dtype"] = dtype
-    if model_type in ("mdlm", "adlm"):
+    if model_type in ("mdlm", "adlm", "tadm"):
         model = AutoModelForMaskedLM.from_pretrained(name_or_path, **load_kwargs)
         if mask_token_id is not None and mask_token_id != model.config.mask_token_id:
             raise ConfigError(f"{name_or_path}: mask_token_id={mask_token_id} differs from the checkpoint's "
