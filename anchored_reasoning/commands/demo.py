@@ -160,15 +160,25 @@ def shared_tokenizer(train: list, out: Path, methods: list[str]) -> Path:
 # train + evaluate one method
 
 
-def method_recipe(name: str, settings: DemoSettings, tokenizer: Path, out_dir: Path, train_seconds: float) -> dict[str, Any]:
+def method_recipe(
+    name: str,
+    settings: DemoSettings,
+    tokenizer: Path,
+    out_dir: Path,
+    train_seconds: float,
+    *,
+    task: str = "prosqa",
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``ar`` recipe of one time-boxed run (also used by benchmarks/acot_vs_cot.py)."""
     curriculum = name in CURRICULUM
     return {
         "trainer": "ar",
-        "task": "prosqa",
+        "task": task,
         "seed": settings.seed,
         "output_dir": str(out_dir),
         "model": {"preset": settings.preset, "tokenizer": str(tokenizer)},
-        "method": {"name": name, "options": dict(METHOD_OPTIONS.get(name, {}))},
+        "method": {"name": name, "options": dict(METHOD_OPTIONS.get(name, {}) if options is None else options)},
         "training": {
             "max_steps": 1_000_000,  # the time budget stops training
             "max_train_seconds": float(train_seconds),
@@ -212,14 +222,14 @@ def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path
     }
 
 
-def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int) -> dict[str, Any]:
+def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int, task: str = "prosqa") -> dict[str, Any]:
     """Greedy evaluation through the runner, prompting the checkpoint with the method it was trained with."""
     from anchored_reasoning.backends import get_backend
     from anchored_reasoning.eval.runner import build_method, run_eval
 
     backend = get_backend("hf", ckpt, batch_size=64, device="cpu")
     method = build_method(None, ckpt)
-    summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=max_new_tokens, progress=False)
+    summary = run_eval(task, backend, method, out_dir=out_dir, examples=examples, max_new_tokens=max_new_tokens, progress=False)
     acc = summary["accuracy"]
     return {
         "accuracy": acc["mean"],
