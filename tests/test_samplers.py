@@ -253,3 +253,12 @@ def test_anchor_cache_k1_is_exact_and_counts_refreshes():
     assert k3.calls == stats.nfe == 10 and k3.anchor_calls == 4  # ceil(10 / 3)
     with pytest.raises(ConfigError, match="anchor_forward"):
         AnchorCacheModelFn(tiny(MDLM))
+
+
+def test_every_native_model_type_loads_without_an_adapter(tmp_path):
+    from anchored_reasoning.models import DiffusionPreTrainedModel
+
+    model = tiny(MDLM)
+    model.save_pretrained(tmp_path)
+    loaded = load_masked_diffusion_model(str(tmp_path))
+    assert isinstance(loaded, DiffusionPreTrainedModel) and type(loaded) is MDLM
