@@ -28,7 +28,9 @@ In one process on one machine it
    * ``accuracy``: null, with the reason (no reasoning-tuned diffusion model fits this CPU budget).
 
    It also reports ``adlm_stale``: the *untrained* ADLM reusing stale anchors at each K (what the
-   fusion module is there to repair), with its ppl and agreement.
+   fusion module is there to repair), with its ppl and agreement; and, with ``--pretrain-steps N``,
+   ``tadm_pretrained``: a TADM of the same total depth trained from scratch with T-ANELBO for N steps
+   (S 1 block, A ``--anchor-layers`` - 1, D ``--denoiser-layers``), against the same ADLM.
 
 Writes the JSON (``--out``) with per-K rows, the model sizes, the machine and the date.
 """
@@ -72,6 +74,23 @@ def train_models(args) -> tuple[Path, Path]:
             f"data.seq_len={args.seq_len}", "data.valid_text_file=null", f"training.max_steps={args.post_steps}",
             f"training.stale_sampling_steps={args.steps}", f"training.learning_rate={args.lr}"])
     return adlm_dir, tadm_dir
+
+
+def pretrain_tadm(args) -> Path:
+    """A TADM trained from scratch with T-ANELBO, as deep in total as the ADLM (``--pretrain-steps``)."""
+    from anchored_reasoning.train import tadm as ttrain
+
+    out = Path(args.workdir) / "tadm_pretrained"
+    if not (out / "config.json").is_file():
+        shared = 1
+        sizes = (f"{{hidden_size: {args.hidden}, num_attention_heads: 4, intermediate_size: {4 * args.hidden}, "
+                 f"shared_layers: {shared}, num_hidden_layers: {args.anchor_layers - shared}, "
+                 f"denoiser_layers: {args.denoiser_layers}, max_position_embeddings: {args.seq_len}}}")
+        ttrain.run("tadm_pretrain_tiny", [
+            f"output_dir={out}", f"model.config={sizes}", f"data.seq_len={args.seq_len}", "data.valid_text_file=null",
+            f"training.max_steps={args.pretrain_steps}", f"training.learning_rate={args.lr}",
+            f"training.stale_sampling_steps={args.steps}"])
+    return out
 
 
 class Counter:
@@ -134,6 +153,8 @@ def main(argv=None) -> int:
     p.add_argument("--shared-layers", type=int, default=0)
     p.add_argument("--base-steps", type=int, default=300)
     p.add_argument("--post-steps", type=int, default=150)
+    p.add_argument("--pretrain-steps", type=int, default=0,
+                   help="also train a TADM from scratch with T-ANELBO for this many steps and measure it (0: skip)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
@@ -151,6 +172,7 @@ def main(argv=None) -> int:
 
     t_start = time.monotonic()
     adlm_dir, tadm_dir = train_models(args)
+    pre_dir = pretrain_tadm(args) if args.pretrain_steps > 0 else None
     train_seconds = time.monotonic() - t_start
     tok = AutoTokenizer.from_pretrained(adlm_dir)
     adlm = AutoModelForMaskedLM.from_pretrained(adlm_dir).eval()
@@ -192,6 +214,18 @@ def main(argv=None) -> int:
                 stale_rows[str(k)] = {"model": "ADLM (stale anchor, no fusion)", "K": k, "ppl": p_s,
                                       "ppl_rel_change": p_s / ref_ppl - 1, "tokens_per_s": n_tokens / s_secs,
                                       "agreement_with_k1": agreement(s_ids, ref_ids)}
+        pre_rows = {}
+        if pre_dir is not None:
+            pre = AutoModelForMaskedLM.from_pretrained(pre_dir).eval()
+            for k in [1, *args.ks]:
+                ids, secs, calls, nfe_k = timed_generation(pre, prompt, cfg, k, args.repeats)
+                p_k = ppl(pre, k)
+                pre_rows[str(k)] = {
+                    "model": "TADM (T-ANELBO pretraining)", "K": k, "tokens_per_s": n_tokens / secs,
+                    "speedup_vs_k1": (n_tokens / secs) / ref_tps, "ppl": p_k, "ppl_rel_change": p_k / ref_ppl - 1,
+                    "agreement_with_k1": agreement(ids, ref_ids), "layer_calls": sum(calls.values()),
+                    "layer_calls_formula": pre.config.layer_calls(nfe_k, k), "train_steps": args.pretrain_steps}
+                logger.info("pretrained TADM K=%d: x%.2f, ppl %.2f", k, pre_rows[str(k)]["speedup_vs_k1"], p_k)
     post = json.loads((tadm_dir / "train_summary.json").read_text()) if (tadm_dir / "train_summary.json").is_file() else {}
     result = {
         "benchmark": "tadm_speed",
@@ -210,7 +244,8 @@ def main(argv=None) -> int:
                   "base_train_steps": args.base_steps, "posttrain_steps": post.get("global_steps", args.post_steps),
                   "train_and_load_seconds": round(train_seconds, 1),
                   "cost_formula": "T (L_S + L_D) + ceil(T/K) L_A layer calls per generation"},
-        "results": {"adlm_k1": rows["adlm_k1"], "tadm": tadm_rows, "adlm_stale": stale_rows},
+        "results": {"adlm_k1": rows["adlm_k1"], "tadm": tadm_rows, "adlm_stale": stale_rows,
+                    "tadm_pretrained": pre_rows or None},
         "goal": "speedup >= 1.5 at K=3 with at most 2% relative quality (ppl) loss",
     }
     k3 = tadm_rows.get("3")
