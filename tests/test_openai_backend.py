@@ -296,6 +296,14 @@ def test_connection_refused_is_retried_then_reported():
         b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))
 
 
+def test_detection_waits_for_a_server_then_reports():
+    with FakeServer(echo_completion()) as srv:
+        url = srv.base_url
+    b = OpenAIBackend("m", base_url=url, max_retries=1, backoff=0.01)  # server="auto": probes first
+    with pytest.raises(BackendError, match=r"no server answers at http://127\.0\.0\.1:\d+ after 2 attempt"):
+        b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))
+
+
 def test_api_key_is_sent_but_never_logged(monkeypatch, caplog):
     secret = "sk-test-DO-NOT-LOG-9f8e7d6c5b4a"
     monkeypatch.setenv("MY_KEY_VAR", secret)

@@ -244,8 +244,9 @@ class OpenAIBackend:
             for row in results:
                 row[1:] = [row[0]] * (spec.n - 1)
         out: list[list[Completion]] = []
-        for row in results:
-            assert all(s is not None for s in row)
+        for i, row in enumerate(results):
+            if any(s is None for s in row):  # cannot happen unless a unit was lost: never return a hole
+                raise BackendError(f"openai backend: prompt {i} is missing samples after generation")
             out.append([Completion(s.text, s.n_tokens, s.seconds, s.finish_reason) for s in row])  # type: ignore[union-attr]
         return out
 
@@ -435,14 +436,23 @@ class OpenAIBackend:
 
     def _detect_kind(self) -> str:
         """vLLM answers ``/version`` with ``{"version": ...}``; ``transformers serve`` answers
-        ``/health`` with ``{"status": "ok"}`` (vLLM's ``/health`` has an empty body)."""
-        status, payload = self._probe("/version")
+        ``/health`` with ``{"status": "ok"}`` (vLLM's ``/health`` has an empty body). A server that
+        does not answer at all is waited for with the usual retry schedule, then reported."""
+        for attempt in range(self.max_retries + 1):
+            status, payload = self._probe("/version")
+            status2, payload2 = self._probe("/health")
+            if status is not None or status2 is not None:
+                break
+            if attempt == self.max_retries:
+                raise BackendError(
+                    f"no server answers at {server_root(self.base_url)} after {attempt + 1} attempt(s). Is it running? "
+                    f"(start one with `anchored-reasoning serve MODEL`); rerun the same command to resume"
+                )
+            wait_s = min(self.max_backoff, self.backoff * (2**attempt))
+            logger.warning("openai backend: no answer from %s; retry %d/%d in %.1f s", self.base_url, attempt + 1, self.max_retries, wait_s)
+            time.sleep(wait_s)
         if status == 200 and isinstance(payload, dict) and "version" in payload:
             return "vllm"
-        status2, payload2 = self._probe("/health")
-        if status is None and status2 is None:
-            # Server down: the first request retries and then fails with a clear message.
-            self._request("GET", "/models", retries=self.max_retries)
         if status2 == 200 and isinstance(payload2, dict) and payload2.get("status") == "ok":
             return "transformers"
         return "openai"
