@@ -110,7 +110,12 @@ def load_masked_diffusion_model(name_or_path: str, *, mask_token_id: int | None 
     load_kwargs = dict(trust_remote_code=trust_remote_code, **kwargs)
     if dtype is not None:
         load_kwargs["dtype"] = dtype
-    if model_type in ("mdlm", "adlm", "tadm"):
+    native, todo = set(), [DiffusionPreTrainedModel]
+    while todo:  # every model class of ours (MDLM, ADLM, TADM, ...) and so every model_type we register
+        for sub in todo.pop().__subclasses__():
+            native.add(getattr(sub.config_class, "model_type", None))
+            todo.append(sub)
+    if model_type in native:
         model = AutoModelForMaskedLM.from_pretrained(name_or_path, **load_kwargs)
         if mask_token_id is not None and mask_token_id != model.config.mask_token_id:
             raise ConfigError(f"{name_or_path}: mask_token_id={mask_token_id} differs from the checkpoint's "
