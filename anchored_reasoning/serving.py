@@ -171,7 +171,7 @@ class ServerHandle:
         while time.monotonic() < deadline:
             if not self.alive():
                 raise BackendError(
-                    f"{self.engine} server for {self.model} exited with code {self.process.returncode} during start-up "
+                    f"{self.engine} server for {self.model} (pid {self.pid}) exited with code {self.process.returncode} during start-up "
                     f"(log {self.log_path}):\n{self.log_tail()}"
                 )
             if self.healthy():

@@ -26,7 +26,13 @@ from anchored_reasoning.errors import BackendError
 from anchored_reasoning.serving import serve_model
 from anchored_reasoning.types import Example, Prompt, SamplingSpec
 
-pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(300)]
+server_test = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def mark_server(fn):
+    for m in server_test:
+        fn = m(fn)
+    return fn
 
 SERVER_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 CHAT_TEMPLATE = (
@@ -41,6 +47,33 @@ QUESTIONS = [
     "What is 16 - 3 - 4?",
     "def add(a, b): what does add(1, 2) return?",
 ]
+
+
+def test_build_command_for_each_engine(monkeypatch):
+    from anchored_reasoning.errors import BackendError, ConfigError
+    from anchored_reasoning.serving import ServeConfig, build_command, resolve_engine
+
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert resolve_engine("auto") == "transformers"
+    with pytest.raises(BackendError, match=r"pip install 'anchored-reasoning\[vllm\]'"):
+        build_command(ServeConfig("m", engine="vllm"), 8000)
+    cmd = build_command(ServeConfig("/ckpt", engine="transformers", device="cpu", seed=3, extra_args=["--compile"]), 8001)
+    assert cmd[1:4] == ["-m", "transformers.cli.transformers", "serve"] and cmd[4] == "/ckpt"
+    assert cmd[cmd.index("--port") + 1] == "8001" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[-1] == "--compile" and cmd[cmd.index("--default-seed") + 1] == "3"
+    assert "/ckpt" not in build_command(ServeConfig("/ckpt", engine="transformers", preload=False), 1)
+    with pytest.raises(ConfigError, match="needs --engine vllm"):
+        build_command(ServeConfig("/ckpt", engine="transformers", tensor_parallel_size=2), 1)
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/vllm" if name == "vllm" else None)
+    assert resolve_engine("auto") == "vllm"
+    cmd = build_command(ServeConfig("org/model", engine="vllm", tensor_parallel_size=2, data_parallel_size=2,
+                                    gpu_memory_utilization=0.8, max_model_len=8192, dtype="bfloat16"), 9000)
+    assert cmd[:3] == ["/usr/bin/vllm", "serve", "org/model"]
+    for flag, value in [("--tensor-parallel-size", "2"), ("--data-parallel-size", "2"), ("--gpu-memory-utilization", "0.8"),
+                        ("--max-model-len", "8192"), ("--dtype", "bfloat16"), ("--port", "9000")]:
+        assert cmd[cmd.index(flag) + 1] == value
+    with pytest.raises(ConfigError):
+        resolve_engine("tgi")
 
 
 def group_gone(pgid: int) -> bool:
@@ -88,6 +121,7 @@ def hf_backend(path: str):
     return HFBackend(path, device="cpu", dtype="float32", batch_size=1)
 
 
+@mark_server
 def test_server_is_transformers_and_healthy(plain_server):
     assert plain_server.healthy() and plain_server.alive()
     assert plain_server.base_url.startswith("http://127.0.0.1:") and plain_server.base_url.endswith("/v1")
@@ -95,6 +129,7 @@ def test_server_is_transformers_and_healthy(plain_server):
     assert b.server_kind == "transformers"
 
 
+@mark_server
 def test_greedy_completions_match_hf_backend(plain_server, tmp_path):
     from anchored_reasoning.eval.runner import run_eval
 
@@ -120,6 +155,7 @@ def test_greedy_completions_match_hf_backend(plain_server, tmp_path):
     assert [r[0].text for r in remote.generate(prompts, spec)] == [r[0].text for r in local.generate(prompts, spec)]
 
 
+@mark_server
 def test_chat_prompts_match_hf_backend_with_same_template(plain_server, tiny_models):
     path = tiny_models["chat"]
     prompts = [Prompt(text=f"raw {q}", messages=[{"role": "user", "content": q}]) for q in QUESTIONS[:4]]
@@ -155,6 +191,7 @@ class KillServerAt:
         return self.backend.generate(prompts, spec)
 
 
+@mark_server
 def test_server_killed_mid_run_then_resumed(tiny_models, tmp_path):
     from anchored_reasoning.eval.runner import run_eval
 
@@ -193,6 +230,7 @@ def test_server_killed_mid_run_then_resumed(tiny_models, tmp_path):
     assert clean["counts"]["examples_done"] == 6
 
 
+@mark_server
 def test_serve_command_prints_base_url_and_stops_on_sigterm(tiny_models, tmp_path):
     log = tmp_path / "server.log"
     cmd = [sys.executable, "-m", "anchored_reasoning.cli", "serve", tiny_models["plain"], "--engine", "transformers",
@@ -228,6 +266,7 @@ def test_serve_command_prints_base_url_and_stops_on_sigterm(tiny_models, tmp_pat
         proc.wait(timeout=10)
 
 
+@mark_server
 def test_cli_eval_with_openai_backend(plain_server, tmp_path, capsys):
     """`anchored-reasoning eval --backend openai --base-url URL ...` against the served model."""
     from anchored_reasoning.cli import main
@@ -246,3 +285,17 @@ def test_cli_eval_with_openai_backend(plain_server, tmp_path, capsys):
     assert len(records) == 3 and all(0 < r["tokens"] <= 8 for r in records)
     config = json.loads((out / "config.json").read_text())
     assert config["backend"] == {"backend": "openai", "model": plain_server.model, "mode": "auto", "server": "auto"}
+
+
+@mark_server
+def test_failed_start_reports_the_log_and_leaves_nothing(tmp_path):
+    from anchored_reasoning.serving import ServeConfig, start_server
+
+    missing = tmp_path / "no-such-model"
+    missing.mkdir()  # a directory without config.json: the server exits while loading it
+    with pytest.raises(BackendError, match=r"\(pid \d+\) exited with code \d+ during start-up") as err:
+        start_server(ServeConfig(str(missing), engine="transformers", device="cpu", env=SERVER_ENV, startup_timeout=120,
+                                 log_file=str(tmp_path / "server.log")))
+    assert "server.log" in str(err.value)
+    assert group_gone(int(re.search(r"\(pid (\d+)\)", str(err.value)).group(1)))
+    assert (tmp_path / "server.log").read_text()  # the log the message points to exists and is not empty
