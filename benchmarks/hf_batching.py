@@ -55,6 +55,7 @@ def main() -> int:
     backend = HFBackend(args.model, batch_size=args.batch_size, device="cpu")
     backend.generate(prompts[:2], SamplingSpec(max_new_tokens=4))  # warm-up
 
+    load_before = os.getloadavg()
     runs: dict[int, list[dict]] = {1: [], args.batch_size: []}
     texts: dict[int, list[str]] = {}
     for _ in range(args.repeats):
@@ -81,6 +82,8 @@ def main() -> int:
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
+            # The machine is shared: 1-minute load averages before and after the runs, for context.
+            "loadavg_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         },
         "model": backend.describe(),
         "prompts": len(prompts),

@@ -298,3 +298,8 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     assert final[: len(first)] == first  # finished samples were kept, not regenerated
     sessions = {r["session"] for r in final}
     assert len(sessions) == 2
+    config = json.loads((out / "config.json").read_text())
+    killed, resumed = config["sessions"]
+    assert "ended" not in killed and killed["wall_seconds"] > 0
+    assert killed["generated"] in (len(first) - 2, len(first))  # the kill may fall between records and config (chunk of 2)
+    assert resumed["generated"] == 12 - len(first) and "ended" in resumed

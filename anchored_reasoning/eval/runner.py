@@ -336,6 +336,7 @@ def run_eval(
             log.info("resuming %s: %d of %d samples already done", out, done_before, total)
         chunk = int(chunk_size or getattr(backend, "batch_size", 16) or 16)
         chunk = max(1, chunk)
+        done_records = len(records)
         t0 = time.perf_counter()
         bar = tqdm(total=total, initial=done_before, disable=not progress, desc=f"{task_name}/{describe_method(method)['name']}", unit="sample")
         try:
@@ -374,10 +375,13 @@ def run_eval(
                 _append(records_path, new)
                 records.extend(new)
                 bar.update(len(new))
+                # keep the session's progress in config.json, so a killed session still counts its time
+                sessions[-1].update({"wall_seconds": round(time.perf_counter() - t0, 3), "generated": len(records) - done_records})
+                _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
         finally:
             bar.close()
         elapsed = time.perf_counter() - t0
-        sessions[-1].update({"ended": _now(), "wall_seconds": round(elapsed, 3), "generated": total - done_before})
+        sessions[-1].update({"ended": _now(), "wall_seconds": round(elapsed, 3), "generated": len(records) - done_records})
         _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
 
         summary = summarize(
