@@ -321,8 +321,8 @@ def _fmt_acc(r: dict[str, Any] | None) -> str:
 
 def render_table(summary: dict[str, Any]) -> str:
     real = any("real_prosqa" in r for r in summary["methods"].values())
-    head = "| method | accuracy (held-out generated) | mean generated tokens | steps | train s |"
-    sep = "|---|---|---|---|---|"
+    head = "| method | accuracy (held-out generated) | mean generated tokens | steps | train s | final LM loss | [ANT] top-1 |"
+    sep = "|---|---|---|---|---|---|---|"
     if real:
         head += " real ProsQA test (first %d) | tokens (real) |" % summary["scale"]["real_prosqa_test_examples"]
         sep += "---|---|"
@@ -335,13 +335,20 @@ def render_table(summary: dict[str, Any]) -> str:
     ]
     for name, r in summary["methods"].items():
         g = r["generated"]
-        row = f"| {name} | {_fmt_acc(g)} | {g['mean_generated_tokens']:.1f} | {r['steps']} | {r['train_seconds']:.0f} |"
+        loss = f"{r['final_lm_loss']:.3f}" if r.get("final_lm_loss") is not None else "-"
+        anchor = f"{r['final_anchor_accuracy']:.2f}" if r.get("final_anchor_accuracy") is not None else "-"
+        row = (f"| {name} | {_fmt_acc(g)} | {g['mean_generated_tokens']:.1f} | {r['steps']} | {r['train_seconds']:.0f} "
+               f"| {loss} | {anchor} |")
         if real:
             rr = r.get("real_prosqa")
             row += f" {_fmt_acc(rr)} | {rr['mean_generated_tokens']:.1f} |" if rr else " - | - |"
         lines.append(row)
     lines.append("")
-    lines.append("Picking one of the two candidate concepts at random scores 0.5. Intervals: 95% bootstrap over problems.")
+    lines.append(
+        "Picking one of the two candidate concepts at random scores 0.5; a model that has not learned the answer "
+        "format scores less. Intervals: 95% bootstrap over problems. LM loss and [ANT] top-1 accuracy: last logged "
+        "training values (the loss is on each method's own target, so it is comparable only between equal formats)."
+    )
     return "\n".join(lines)
 
 
@@ -367,7 +374,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     bars(ax1, 0 if not any(real) else -width / 2, gen, "held-out generated", "#4C72B0")
     if any(real):
         bars(ax1, width / 2, [r or {"accuracy": 0, "accuracy_ci95": [0, 0]} for r in real], "real ProsQA test", "#DD8452")
-    ax1.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
+    ax1.axhline(0.5, color="grey", linestyle="--", linewidth=1, label="random pick between the 2 options")
     ax1.set_xticks(list(xs), names)
     ax1.set_ylim(0, 1.05)
     ax1.set_ylabel("accuracy")
