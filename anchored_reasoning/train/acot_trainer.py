@@ -40,7 +40,9 @@ class AnchoredSFTConfig(SFTConfig):
     checkpointing, the dataset is rendered on the fly by our collator (no TRL preparation)."""
 
     gamma: float = field(default=1.0, metadata={"help": "weight of the anchor cross-entropy at [ANT] slots"})
-    num_anchor_slots: int = field(default=6, metadata={"help": "k, the number of [ANT] slots of the acot method"})
+    num_anchor_slots: int = field(
+        default=6, metadata={"help": "k, the number of [ANT] (or [PAUSE]) slots, unless method.options.k sets it"}
+    )
     ant_token: str = field(default="[ANT]", metadata={"help": "the anchor slot token"})
 
     # curriculum (anchored_reasoning/train/curriculum.py)

@@ -231,9 +231,12 @@ def run_with_examples(
     seed = int(recipe.get("seed", 0))
     task_name = recipe.get("task")
     method_cfg = dict(recipe["method"])
-    method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
     output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'recipe'))).stem}")
     config = make_config(recipe, output_dir)
+    options = dict(method_cfg.get("options") or {})
+    if method_cfg["name"] in ("acot", "pause") and "k" not in options:
+        options["k"] = config.num_anchor_slots  # training.num_anchor_slots sets k unless the method options do
+    method = get_method(method_cfg["name"], style="trained", **options)
     task = grader_for(task_name) if config.generation_eval else None
 
     output_dir.mkdir(parents=True, exist_ok=True)
