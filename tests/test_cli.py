@@ -130,10 +130,10 @@ def test_cli_sigkill_mid_run_then_resume(tiny, tmp_path):
 @needs_data
 @pytest.mark.slow
 def test_acceptance_embedded_model_gsm8k(tmp_path):
-    """The README's main command at --limit 4: offline, CPU, the embedded SmolLM2."""
+    """The README's main command at --limit 4 (and 256 new tokens, to keep CI short): offline, CPU, the embedded SmolLM2."""
     out = tmp_path / "smol"
     cmd = [sys.executable, "-m", "anchored_reasoning.cli", "eval", "--task", "gsm8k", "--model", "smollm2-135m",
-           "--method", "cot", "--limit", "4", "--batch-size", "4", "--out", str(out), "--no-progress"]
+           "--method", "cot", "--limit", "4", "--batch-size", "4", "--max-new-tokens", "256", "--out", str(out), "--no-progress"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -141,4 +141,4 @@ def test_acceptance_embedded_model_gsm8k(tmp_path):
     assert summary["counts"]["samples"] == 4 and summary["model"] == "smollm2-135m"
     records = load_records(out / "records.jsonl", repair=False)
     assert all(r["completion"].strip() for r in records)  # the instruct model answers in words
-    assert sum(r["extracted"] is not None for r in records) >= 2  # and mostly gives a number
+    assert sum(r["details"]["flexible_extracted"] is not None for r in records) >= 3  # with numbers in them

@@ -150,6 +150,11 @@ def test_fair_shares_and_row_seed():
     assert len({row_seed(0, [1, 2], 0), row_seed(0, [1, 2], 1), row_seed(1, [1, 2], 0), row_seed(0, [2, 1], 0)}) == 4
 
 
+def test_empty_prompt_starts_from_bos(backend):
+    (c,) = backend.generate([Prompt("")], SamplingSpec(max_new_tokens=4))[0:1]
+    assert 1 <= c[0].n_tokens <= 4
+
+
 def test_bad_spec(backend):
     with pytest.raises(ConfigError):
         backend.generate(PROMPTS[:1], SamplingSpec(n=0))

@@ -201,6 +201,11 @@ class HFBackend:
         if spec.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens={spec.max_new_tokens}: must be >= 1")
         encoded = [self.encode(p) for p in prompts]
+        for i, ids in enumerate(encoded):
+            if not ids:
+                if self.tokenizer.bos_token_id is None:
+                    raise ConfigError(f"prompt {i} is empty and the tokenizer has no BOS token to start from")
+                encoded[i] = [self.tokenizer.bos_token_id]
         copies = 1 if spec.greedy else spec.n
         rows = [(pi, si) for pi in range(len(prompts)) for si in range(copies)]
         # Longest first: similar lengths share a batch (less padding), and an out-of-memory shows up at once.
