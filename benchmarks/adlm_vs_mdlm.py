@@ -351,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-length", type=int, default=64, help="SFT response window = eval window; sampler benchmark window")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-sft", action="store_true")
+    ap.add_argument("--skip-ppl", action="store_true", help="skip parts 1 and 3 (the sampler part uses a part-1 model)")
     ap.add_argument("--skip-samplers", action="store_true")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
     ap.add_argument("--work-dir", default=None, help="checkpoints and eval records (default: a temporary folder)")
@@ -372,9 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     result: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
                               "command": "python benchmarks/adlm_vs_mdlm.py " + " ".join(sys.argv[1:] if argv is None else argv)}
-    model, tok = part_ppl(args, work, result, out)
-    if not args.skip_samplers:
-        part_samplers(args, model, tok, result, out)
+    if not args.skip_ppl:
+        model, tok = part_ppl(args, work, result, out)
+        if not args.skip_samplers:
+            part_samplers(args, model, tok, result, out)
     if not args.skip_sft:
         part_sft(args, work, result, out)
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)
