@@ -15,8 +15,9 @@ In one process on one machine it
 
    * ``tokens_per_s``: generated tokens per second of the LLaDA low-confidence sampler (greedy,
      ``--steps`` steps for ``--gen-length`` tokens, so one model call per step; a batch of
-     ``--batch`` unconditional generations after an EOS prompt; best of ``--repeats`` timed runs
-     after one warm-up) and ``speedup_vs_k1`` against ADLM's;
+     ``--batch`` continuations of the first ``--prompt-len`` tokens of held-out blocks; the median of
+     ``--repeats`` timed runs after one warm-up, every configuration timed in turn so load changes on
+     a shared machine hit all alike) and ``speedup_vs_k1`` against ADLM's;
    * ``layer_calls``: transformer-layer calls per generation counted with forward hooks, next to
      ``layer_calls_formula`` = T (L_S + L_D) + ceil(T/K) L_A;
    * ``ppl``: the NELBO perplexity bound on held-out WikiText-2 (test split, first ``--ppl-blocks``
@@ -108,31 +109,37 @@ def adlm_blocks(model) -> dict[str, list[torch.nn.Module]]:
     return {"anchor": list(model.anchor.layers), "denoiser": list(model.denoiser.layers)}
 
 
-def agreement(ids: torch.Tensor, ref: torch.Tensor) -> float:
-    """Share of generated tokens (after the one-token prompt) equal to the reference's."""
-    return float((ids[:, 1:] == ref[:, 1:]).float().mean())
+def agreement(ids: torch.Tensor, ref: torch.Tensor, prompt_len: int) -> float:
+    """Share of generated tokens (after the prompt) equal to the reference's."""
+    return float((ids[:, prompt_len:] == ref[:, prompt_len:]).float().mean())
 
 
-def timed_generation(model, prompt, cfg, k: int, repeats: int):
-    """(ids, best seconds, layer calls) of ``repeats`` timed runs after a warm-up."""
+def generate(model, prompt, cfg, k: int):
     from anchored_reasoning.sampling import AnchorCacheModelFn, sample
 
-    def once():
-        fn = AnchorCacheModelFn(model, k) if k > 1 else None
-        return sample(model, prompt, cfg, model_fn=fn)
+    return sample(model, prompt, cfg, model_fn=AnchorCacheModelFn(model, k) if k > 1 else None)
 
-    once()
-    best, ids = math.inf, None
-    for _ in range(repeats):
-        ids, stats = once()
-        best = min(best, stats.seconds)
+
+def count_layers(model, prompt, cfg, k: int):
     blocks = model.stage_blocks() if hasattr(model, "stage_blocks") else adlm_blocks(model)
     counter = Counter(blocks)
     try:
-        _, stats = once()
+        ids, stats = generate(model, prompt, cfg, k)
     finally:
         counter.close()
-    return ids, best, counter.calls, stats.nfe
+    return ids, counter.calls, stats.nfe
+
+
+def round_robin_seconds(runs: dict[str, tuple], prompt, cfg, repeats: int) -> dict[str, float]:
+    """Median wall seconds of ``repeats`` generations per (model, K), taken in turns so that load
+    changes on a shared machine hit every configuration alike (one warm-up each first)."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for name, (model, k) in runs.items():
+        generate(model, prompt, cfg, k)
+    for _ in range(repeats):
+        for name, (model, k) in runs.items():
+            times[name].append(generate(model, prompt, cfg, k)[1].seconds)
+    return {name: sorted(v)[len(v) // 2] for name, v in times.items()}
 
 
 def main(argv=None) -> int:
@@ -143,7 +150,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--gen-length", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--prompt-len", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--ppl-blocks", type=int, default=100)
     p.add_argument("--ppl-t-samples", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=128)
@@ -178,7 +186,9 @@ def main(argv=None) -> int:
     adlm = AutoModelForMaskedLM.from_pretrained(adlm_dir).eval()
     tadm = AutoModelForMaskedLM.from_pretrained(tadm_dir).eval()
     held_out = text_blocks(tok, data_path("corpora/wikitext2_test.txt"), args.seq_len, args.ppl_blocks)
-    prompt = torch.full((args.batch, 1), tok.eos_token_id, dtype=torch.long)
+    if args.prompt_len + args.gen_length > args.seq_len or held_out.shape[0] < args.batch:
+        raise SystemExit("--prompt-len + --gen-length must fit in --seq-len, and --ppl-blocks must be >= --batch")
+    prompt = held_out[:args.batch, :args.prompt_len].clone()  # held-out text prefixes
     cfg = SamplerConfig(remasking="low_confidence", steps=args.steps, gen_length=args.gen_length, temperature=0.0)
     c = tadm.config
 
@@ -187,45 +197,41 @@ def main(argv=None) -> int:
                                       num_t_samples=args.ppl_t_samples, seed=0).perplexity
 
     with torch.no_grad():
-        ref_ids, ref_s, ref_calls, nfe = timed_generation(adlm, prompt, cfg, 1, args.repeats)
-        ref_ppl = ppl(adlm, 1)
-        n_tokens = args.batch * args.gen_length
-        ref_tps = n_tokens / ref_s
-        a_l, a_d = adlm.config.num_hidden_layers, adlm.config.num_denoiser_layers
-        rows = {"adlm_k1": {
-            "model": "ADLM", "K": 1, "tokens_per_s": ref_tps, "speedup_vs_k1": 1.0, "ppl": ref_ppl, "ppl_rel_change": 0.0,
-            "agreement_with_k1": 1.0, "accuracy": None, "accuracy_reason": ACCURACY_REASON,
-            "layer_calls": sum(ref_calls.values()), "layer_calls_by_stage": ref_calls,
-            "layer_calls_formula": nfe * (a_l + a_d), "nfe": nfe}}
-        tadm_rows, stale_rows = {}, {}
+        pre = AutoModelForMaskedLM.from_pretrained(pre_dir).eval() if pre_dir is not None else None
+        runs = {"adlm:1": (adlm, 1)}
         for k in [1, *args.ks]:
-            ids, secs, calls, nfe_k = timed_generation(tadm, prompt, cfg, k, args.repeats)
-            p_k = ppl(tadm, k)
-            tadm_rows[str(k)] = {
-                "model": "TADM", "K": k, "tokens_per_s": n_tokens / secs, "speedup_vs_k1": (n_tokens / secs) / ref_tps,
-                "ppl": p_k, "ppl_rel_change": p_k / ref_ppl - 1, "agreement_with_k1": agreement(ids, ref_ids),
-                "accuracy": None, "accuracy_reason": ACCURACY_REASON, "layer_calls": sum(calls.values()),
-                "layer_calls_by_stage": calls, "layer_calls_formula": c.layer_calls(nfe_k, k), "nfe": nfe_k}
-            logger.info("TADM K=%d: %.0f tok/s (x%.2f), ppl %.2f (ADLM %.2f), agreement %.3f", k, n_tokens / secs,
-                        (n_tokens / secs) / ref_tps, p_k, ref_ppl, tadm_rows[str(k)]["agreement_with_k1"])
+            runs[f"tadm:{k}"] = (tadm, k)
             if k > 1:
-                s_ids, s_secs, _, _ = timed_generation(adlm, prompt, cfg, k, 1)
-                p_s = ppl(adlm, k)
-                stale_rows[str(k)] = {"model": "ADLM (stale anchor, no fusion)", "K": k, "ppl": p_s,
-                                      "ppl_rel_change": p_s / ref_ppl - 1, "tokens_per_s": n_tokens / s_secs,
-                                      "agreement_with_k1": agreement(s_ids, ref_ids)}
-        pre_rows = {}
-        if pre_dir is not None:
-            pre = AutoModelForMaskedLM.from_pretrained(pre_dir).eval()
-            for k in [1, *args.ks]:
-                ids, secs, calls, nfe_k = timed_generation(pre, prompt, cfg, k, args.repeats)
-                p_k = ppl(pre, k)
-                pre_rows[str(k)] = {
-                    "model": "TADM (T-ANELBO pretraining)", "K": k, "tokens_per_s": n_tokens / secs,
-                    "speedup_vs_k1": (n_tokens / secs) / ref_tps, "ppl": p_k, "ppl_rel_change": p_k / ref_ppl - 1,
-                    "agreement_with_k1": agreement(ids, ref_ids), "layer_calls": sum(calls.values()),
-                    "layer_calls_formula": pre.config.layer_calls(nfe_k, k), "train_steps": args.pretrain_steps}
-                logger.info("pretrained TADM K=%d: x%.2f, ppl %.2f", k, pre_rows[str(k)]["speedup_vs_k1"], p_k)
+                runs[f"adlm:{k}"] = (adlm, k)
+            if pre is not None:
+                runs[f"pre:{k}"] = (pre, k)
+        seconds = round_robin_seconds(runs, prompt, cfg, args.repeats)
+        n_tokens = args.batch * args.gen_length
+        ref_tps = n_tokens / seconds["adlm:1"]
+        ref_ids, ref_calls, nfe = count_layers(adlm, prompt, cfg, 1)
+        ref_ppl = ppl(adlm, 1)
+        a_l, a_d = adlm.config.num_hidden_layers, adlm.config.num_denoiser_layers
+        plen = prompt.shape[1]
+
+        def row(name, model, k, label):
+            ids, calls, nfe_k = count_layers(model, prompt, cfg, k)
+            p_k = ref_ppl if name == "adlm:1" else ppl(model, k)
+            tps = n_tokens / seconds[name]
+            formula = model.config.layer_calls(nfe_k, k) if hasattr(model, "stage_blocks") else \
+                nfe_k * a_d + -(-nfe_k // k) * a_l
+            out = {"model": label, "K": k, "tokens_per_s": tps, "speedup_vs_k1": tps / ref_tps, "ppl": p_k,
+                   "ppl_rel_change": p_k / ref_ppl - 1, "agreement_with_k1": agreement(ids, ref_ids, plen),
+                   "accuracy": None, "accuracy_reason": ACCURACY_REASON, "layer_calls": sum(calls.values()),
+                   "layer_calls_by_stage": calls, "layer_calls_formula": formula, "nfe": nfe_k}
+            logger.info("%s K=%d: %.0f tok/s (x%.2f), ppl %.2f (ADLM %.2f), agreement %.3f", label, k, tps,
+                        tps / ref_tps, p_k, ref_ppl, out["agreement_with_k1"])
+            return out
+
+        adlm_row = row("adlm:1", adlm, 1, "ADLM")
+        tadm_rows = {str(k): row(f"tadm:{k}", tadm, k, "TADM (post-trained fusion)") for k in [1, *args.ks]}
+        stale_rows = {str(k): row(f"adlm:{k}", adlm, k, "ADLM (stale anchor, no fusion)") for k in args.ks}
+        pre_rows = {str(k): {**row(f"pre:{k}", pre, k, "TADM (T-ANELBO pretraining)"), "train_steps": args.pretrain_steps}
+                    for k in [1, *args.ks]} if pre is not None else {}
     post = json.loads((tadm_dir / "train_summary.json").read_text()) if (tadm_dir / "train_summary.json").is_file() else {}
     result = {
         "benchmark": "tadm_speed",
@@ -235,7 +241,8 @@ def main(argv=None) -> int:
                     "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available(),
                     "note": "shared 2-core CPU; other jobs may run at the same time, so absolute tokens/s are noisy"},
         "command": "python benchmarks/tadm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "setup": {"sampler": "low_confidence greedy", "steps_T": args.steps, "gen_length": args.gen_length,
+        "setup": {"sampler": "low_confidence greedy", "prompt": f"first {args.prompt_len} tokens of held-out blocks",
+                  "timing": "median of --repeats runs per configuration, configurations interleaved", "steps_T": args.steps, "gen_length": args.gen_length,
                   "batch": args.batch, "repeats": args.repeats, "ppl_heldout": f"wikitext2_test, {held_out.shape[0]} blocks "
                   f"of {args.seq_len} tokens, {args.ppl_t_samples} t-samples", "vocab_size": adlm.config.vocab_size,
                   "hidden_size": adlm.config.hidden_size, "adlm_layers": {"anchor": a_l, "denoiser": a_d},
@@ -244,7 +251,7 @@ def main(argv=None) -> int:
                   "base_train_steps": args.base_steps, "posttrain_steps": post.get("global_steps", args.post_steps),
                   "train_and_load_seconds": round(train_seconds, 1),
                   "cost_formula": "T (L_S + L_D) + ceil(T/K) L_A layer calls per generation"},
-        "results": {"adlm_k1": rows["adlm_k1"], "tadm": tadm_rows, "adlm_stale": stale_rows,
+        "results": {"adlm_k1": adlm_row, "tadm": tadm_rows, "adlm_stale": stale_rows,
                     "tadm_pretrained": pre_rows or None},
         "goal": "speedup >= 1.5 at K=3 with at most 2% relative quality (ppl) loss",
     }
