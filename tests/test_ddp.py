@@ -42,6 +42,15 @@ def _losses(summary: dict) -> list[float]:
     return [h["loss"] for h in summary["log_history"] if "loss" in h]
 
 
+def _free_port() -> int:
+    """A free loopback port, so the rendezvous never collides with another run's default 29500."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.mark.skipif(shutil.which("accelerate") is None, reason="the accelerate launcher is not on PATH")
 def test_two_process_ddp_matches_one_process(tmp_path):
     one = tmp_path / "one"
@@ -53,7 +62,7 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     )
     config = builtin_dir("train") / "accelerate" / "ddp_cpu.yaml"
     ddp = _run(
-        ["accelerate", "launch", "--config_file", str(config), "-m", "anchored_reasoning.cli", "train", "tiny_test",
+        ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(_free_port()), "-m", "anchored_reasoning.cli", "train", "tiny_test",
          f"output_dir={two}", "training.per_device_train_batch_size=4", *COMMON],
         two,
     )

@@ -306,7 +306,13 @@ def test_accelerate_launch_two_processes(tmp_path):
         pytest.skip("the accelerate launcher is not on PATH")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     out = tmp_path / "ddp"
+    import socket
+
+    with socket.socket() as sock:  # a free rendezvous port: never collide with another run's default 29500
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     cmd = ["accelerate", "launch", "--config_file", str(builtin_dir("train") / "accelerate" / "ddp_cpu.yaml"),
+           "--main_process_port", str(port),
            "-m", "anchored_reasoning.cli", "train", "diffusion_tiny_test", f"output_dir={out}", "training.max_steps=2",
            "training.per_device_train_batch_size=4"]
     proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
