@@ -219,6 +219,26 @@ def goals(results: dict[str, Any], st: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def notes(results: dict[str, Any]) -> list[str]:
+    """Plain-language reading of the numbers (what a reader must not conclude)."""
+    out = []
+    for task in ("prosqa", "prontoqa"):
+        methods = {m: v for m, v in results.get(task, {}).items() if isinstance(v, dict) and "accuracy" in v}
+        if not methods:
+            continue
+        best = max(v["accuracy"] for v in methods.values())
+        budget = next(iter(methods.values()))["budget"]
+        steps = [r["steps"] for v in methods.values() for r in v["per_seed"]]
+        if best < 0.55:
+            out.append(
+                f"{task}: every method is at or below chance (best {best:.3f}; two options, random pick 0.5) after "
+                f"{budget['train_seconds_per_run']:.0f} s of training per run ({min(steps)}-{max(steps)} optimizer steps) "
+                "on a shared CPU: the budget is far too small to learn the full-size task from scratch. This is a "
+                "statement about the budget, not a ranking of the methods; the token counts show each format's cost."
+            )
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
@@ -255,6 +275,7 @@ def main(argv=None) -> int:
             results["step_time"] = st or results.get("step_time")
             _write(out, results, args, t_start)
     results["goals"] = goals(results, results.get("step_time"))
+    results["notes"] = notes(results)
     _write(out, results, args, t_start)
     print(json.dumps({t: {m: round(v["accuracy"], 3) for m, v in results[t].items()} for t in args.tasks}, indent=1))
     return 0
@@ -282,7 +303,13 @@ def _write(out: Path, results: dict[str, Any], args, t_start: float) -> None:
                           "cpus": os.cpu_count(), "torch_threads": args.threads,
                           "note": "shared 2-core CPU machine; other jobs ran concurrently"}
     results["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    results["command"] = "python benchmarks/acot_vs_cot.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/acot_vs_cot.py " + " ".join(sys.argv[1:])
+    if results.get("command") and results["command"] != command:
+        reruns = results.setdefault("resumed_with", [])
+        if command not in reruns:
+            reruns.append(command)  # a rerun reuses the finished runs: keep the command that produced them
+    else:
+        results["command"] = command
     results["wall_seconds"] = round(time.monotonic() - t_start, 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str) + "\n")
