@@ -68,3 +68,17 @@ def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
             if i != -1 and i < cut:
                 cut = i
     return text[:cut], cut < len(text)
+
+
+def left_pad(ids: list[list[int]], pad_id: int):
+    """Left-pad token-id rows into ``(input_ids, attention_mask)`` long tensors (an empty row is all padding)."""
+    import torch
+
+    width = max(len(x) for x in ids)
+    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), width), dtype=torch.long)
+    for r, x in enumerate(ids):
+        if x:
+            input_ids[r, width - len(x) :] = torch.tensor(x, dtype=torch.long)
+            mask[r, width - len(x) :] = 1
+    return input_ids, mask

@@ -40,7 +40,7 @@ import logging
 import time
 from typing import Any
 
-from anchored_reasoning.backends import cut_at_stop
+from anchored_reasoning.backends import cut_at_stop, left_pad
 from anchored_reasoning.errors import BackendError, ConfigError, DataError
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
 
@@ -282,14 +282,8 @@ class DiffusionBackend:
 
         from anchored_reasoning.sampling import sample
 
-        pad = self.tokenizer.pad_token_id
-        width = max(len(x) for x in ids)
-        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for r, x in enumerate(ids):
-            if x:
-                input_ids[r, width - len(x):] = torch.tensor(x, dtype=torch.long)
-                mask[r, width - len(x):] = 1
+        input_ids, mask = left_pad(ids, self.tokenizer.pad_token_id)
+        width = input_ids.shape[1]
         cfg = self.sampler_config(gen_length, spec, seed)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

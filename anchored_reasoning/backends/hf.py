@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from anchored_reasoning.backends import cut_at_stop
+from anchored_reasoning.backends import cut_at_stop, left_pad
 from anchored_reasoning.errors import BackendError, ConfigError
 from anchored_reasoning.models.zoo import resolve_model
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
@@ -230,13 +230,8 @@ class HFBackend:
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
         pad = self.tokenizer.pad_token_id
-        width = max(len(x) for x in ids)
-        input_ids = torch.full((len(ids), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for r, x in enumerate(ids):
-            if x:
-                input_ids[r, width - len(x) :] = torch.tensor(x, dtype=torch.long)
-                mask[r, width - len(x) :] = 1
+        input_ids, mask = left_pad(ids, pad)
+        width = input_ids.shape[1]
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         tracker = _RowTracker(self.tokenizer, width, self.eos_ids, spec.stop)
         processors = LogitsProcessorList()
