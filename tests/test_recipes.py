@@ -156,3 +156,11 @@ def test_checkpoint_evaluates_through_the_runner_with_its_training_format(tmp_pa
         assert rec["prompt"] == method.render(ex, "prosqa").prompt
         assert rec["prompt"].endswith("[BoA][ANT][ANT][EoA][BoR]")
         assert 1 <= rec["tokens"] <= 8
+
+
+def test_a_trainer_refuses_a_recipe_for_another_trainer():
+    from anchored_reasoning.train import diffusion, tadm
+
+    for module in (diffusion, tadm):
+        with pytest.raises(ConfigError, match="'ar'"):
+            module.resolve_recipe({"trainer": "ar"})

@@ -89,12 +89,7 @@ def _schema() -> dict[str, Any]:
 
 def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Load (name / path / dict), apply dotted overrides, validate against the diffusion schema."""
-    loaded = recipes_mod.load_recipe(recipe) if not isinstance(recipe, Mapping) else dict(recipe)
-    loaded = recipes_mod.apply_overrides(loaded, list(overrides))
-    recipes_mod.validate(loaded, _schema())
-    if loaded.get("trainer", "diffusion") != "diffusion":
-        raise ConfigError(f"recipe trainer is {loaded.get('trainer')!r}; this is the 'diffusion' trainer")
-    return loaded
+    return recipes_mod.resolve(recipe, overrides, schema=_schema(), trainer="diffusion")
 
 
 def data_path(value: str) -> Path:

@@ -187,9 +187,19 @@ def validate(recipe: Mapping[str, Any], schema: Mapping[str, Any] = AR_SCHEMA, w
         validate(value, sub, f"{where}{key}.")
 
 
-def resolve(name_or_path: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = ()) -> dict[str, Any]:
-    """Load (if a name/path), apply overrides, validate. Returns the final recipe dict."""
+def resolve(
+    name_or_path: str | os.PathLike | Mapping[str, Any],
+    overrides: Iterable[str] = (),
+    schema: Mapping[str, Any] = AR_SCHEMA,
+    trainer: str | None = None,
+) -> dict[str, Any]:
+    """Load (if a name/path), apply overrides, validate against ``schema``. Returns the final recipe dict.
+
+    With ``trainer``, a recipe that names another trainer is refused (a missing ``trainer:`` key is taken
+    to mean this one)."""
     recipe = load_recipe(name_or_path) if not isinstance(name_or_path, Mapping) else dict(name_or_path)
     recipe = apply_overrides(recipe, list(overrides))
-    validate(recipe)
+    validate(recipe, schema)
+    if trainer is not None and recipe.get("trainer", trainer) != trainer:
+        raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the {trainer!r} trainer")
     return recipe

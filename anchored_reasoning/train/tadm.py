@@ -138,12 +138,7 @@ def _schema() -> dict[str, Any]:
 
 def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Load (name / path / dict), apply dotted overrides, validate against the tadm schema."""
-    loaded = recipes_mod.load_recipe(recipe) if not isinstance(recipe, Mapping) else dict(recipe)
-    loaded = recipes_mod.apply_overrides(loaded, list(overrides))
-    recipes_mod.validate(loaded, _schema())
-    if loaded.get("trainer", "tadm") != "tadm":
-        raise ConfigError(f"recipe trainer is {loaded.get('trainer')!r}; this is the 'tadm' trainer")
-    return loaded
+    return recipes_mod.resolve(recipe, overrides, schema=_schema(), trainer="tadm")
 
 
 def make_config(recipe: Mapping[str, Any], output_dir: Path) -> TADMTrainingConfig:
