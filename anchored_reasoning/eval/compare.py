@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.eval.metrics import paired_bootstrap_diff
-from anchored_reasoning.eval.report import summarize, summary_row
+from anchored_reasoning.eval.report import rows_to_markdown, summarize, summary_row
 
 logger = logging.getLogger(__name__)
 
@@ -211,16 +211,6 @@ def table_rows(runs: list[Run]) -> list["OrderedDict[str, str]"]:
     return rows
 
 
-def _markdown(rows: list["OrderedDict[str, str]"]) -> str:
-    columns: list[str] = []
-    for row in rows:
-        for c in row:
-            if c not in columns:
-                columns.append(c)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(str(row.get(c, "-")).replace("|", "\\|") for c in columns) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def tests_markdown(tests: list[dict[str, Any]]) -> str:
@@ -235,7 +225,7 @@ def tests_markdown(tests: list[dict[str, Any]]) -> str:
             ("only A / only B", f"{t['only_a_correct']} / {t['only_b_correct']}"),
             ("McNemar exact p", f"{t['mcnemar_p']:.3g}"),
         ]))
-    return _markdown(rows)
+    return rows_to_markdown(rows)
 
 
 def plot(runs: list[Run], out_dir: Path) -> list[Path]:
@@ -296,7 +286,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path | None = No
         raise ConfigError("compare needs at least one run directory")
     runs = [load_run(d) for d in dirs]
     _labels(runs)
-    table = _markdown(table_rows(runs))
+    table = rows_to_markdown(table_rows(runs))
     tests = [paired_test(a, b, seed=seed) for a, b in combinations(runs, 2) if a.task == b.task]
     result: dict[str, Any] = {
         "runs": [

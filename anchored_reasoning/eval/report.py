@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -132,9 +132,8 @@ def summary_row(summary: dict[str, Any]) -> "OrderedDict[str, str]":
     return row
 
 
-def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """A Markdown table with one row per summary (columns are the union, in first-seen order)."""
-    rows = [summary_row(s) for s in summaries]
+def rows_to_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A Markdown table of ``rows`` (columns are the union of their keys, in first-seen order; "-" fills gaps)."""
     columns: list[str] = []
     for row in rows:
         for col in row:
@@ -142,8 +141,13 @@ def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
                 columns.append(col)
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     for row in rows:
-        lines.append("| " + " | ".join(row.get(c, "-").replace("|", "\\|") for c in columns) + " |")
+        lines.append("| " + " | ".join(str(row.get(c, "-")).replace("|", "\\|") for c in columns) + " |")
     return "\n".join(lines) + "\n"
+
+
+def markdown_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table with one row per summary (columns are the union, in first-seen order)."""
+    return rows_to_markdown([summary_row(s) for s in summaries])
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
