@@ -256,6 +256,16 @@ class PerplexityBound:
 
 
 @torch.no_grad()
+def weighted_masked_ce(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor, t: torch.Tensor,
+                       schedule: "LogLinearSchedule") -> float:
+    """Sum over rows of the NELBO time weight w(t) x the CE summed over each row's masked positions
+    (the Monte-Carlo term of the perplexity bound). ``logits`` (B, L, V); the rest (B, L) / (B,)."""
+    b, l, v = logits.shape
+    ce = F.cross_entropy(logits.float().reshape(b * l, v), targets.to(logits.device).reshape(-1), reduction="none")
+    ce = torch.where(masked.to(logits.device).reshape(-1), ce, torch.zeros_like(ce)).reshape(b, l).sum(-1)
+    return float((ce.cpu() * schedule.weight(t)).sum())
+
+
 def perplexity_bound(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                      num_t_samples: int = 8, batch_size: int = 16, schedule: LogLinearSchedule | None = None,
                      t_min: float = 1e-3, seed: int = 0, mask_token_id: int | None = None,
@@ -291,10 +301,7 @@ def perplexity_bound(model: Any, input_ids: torch.Tensor, attention_mask: torch.
         t = ts.reshape(-1)
         z, masked = q_sample(xr, t, mid, schedule, maskable=er, generator=gen)
         out = model(input_ids=z.to(device), attention_mask=amr.to(device) if amr is not None else None)
-        b, l, v = out.logits.shape
-        ce = F.cross_entropy(out.logits.float().reshape(b * l, v), xr.to(device).reshape(-1), reduction="none")
-        ce = torch.where(masked.to(device).reshape(-1), ce, torch.zeros_like(ce)).reshape(b, l).sum(-1)
-        total += float((ce.cpu() * schedule.weight(t)).sum())
+        total += weighted_masked_ce(out.logits, xr, masked, t, schedule)
     if was_training:
         model.train()
     if n_tok == 0:

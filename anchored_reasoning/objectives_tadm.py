@@ -47,7 +47,7 @@ import torch
 from .errors import ConfigError
 from .objectives import (
     DiffusionLoss, LogLinearSchedule, PerplexityBound, _mask_id, diffusion_loss, eligible_positions, q_sample,
-    sample_times, weighted_ce,
+    sample_times, weighted_ce, weighted_masked_ce,
 )
 
 logger = logging.getLogger(__name__)
@@ -264,10 +264,7 @@ def stale_perplexity_bound(model: Any, input_ids: torch.Tensor, attention_mask: 
             logits = model(input_ids=z, attention_mask=amr, anchor_input_ids=z_stale).logits
         else:
             logits = model.denoise(model.anchor_forward(z_stale, amr), z, amr)
-        b, l, v = logits.shape
-        ce = torch.nn.functional.cross_entropy(logits.float().reshape(b * l, v), xr.to(device).reshape(-1), reduction="none")
-        ce = torch.where(masked.to(device).reshape(-1), ce, torch.zeros_like(ce)).reshape(b, l).sum(-1)
-        total += float((ce.cpu() * schedule.weight(t)).sum())
+        total += weighted_masked_ce(logits, xr, masked, t, schedule)
     if was_training:
         model.train()
     if n_tok == 0:
