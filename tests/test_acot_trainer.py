@@ -254,3 +254,36 @@ def test_curriculum_callback_moves_stages_resets_optimizer_and_keeps_best(tiny, 
     evals = [h for h in cb.history if h["event"] == "eval"]
     assert [e["stage"] for e in evals] == [0, 1, 2]
     assert cb.best is not None and cb.best["stage"] == 2  # only final-stage evaluations compete
+
+
+@pytest.mark.parametrize("keep_rows", [True, False])
+def test_first_step_after_a_stage_switch_trains_the_new_format(tiny, tmp_path, keep_rows):
+    """accelerate prefetches one batch; with keep_rows the trainer re-renders it at the new stage."""
+    _, tok, _ = tiny
+    method = get_method("acot", style="trained", k=2)
+    examples = [prosqa_like(i) for i in range(24)]
+    collator = AnchoredCollator(tok, method, task="prosqa", keep_rows=keep_rows)
+    # switches in the middle of the one epoch (after steps 2 and 4), where the loader has prefetched
+    cb = CurriculumCallback(collator, method, curriculum=True, schedule="fraction", stage_fraction=1 / 3,
+                            reset_optimizer=False)
+    ant_id = tok.convert_tokens_to_ids(ANT)
+    seen = []
+
+    class Recording(AnchoredSFTTrainer):
+        def compute_loss(self, model, inputs, *a, **k):
+            assert "collated_rows" not in inputs and "collated_stage" not in inputs
+            seen.append(int((inputs["input_ids"][0] == ant_id).sum()))  # [ANT] slots = the stage rendered
+            return super().compute_loss(model, inputs, *a, **k)
+
+    args = AnchoredSFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=4, max_steps=6,
+                             learning_rate=1e-3, logging_steps=1, disable_tqdm=True)
+    trainer = Recording(model=fresh_model(tiny), args=args, train_dataset=examples_dataset(examples),
+                        data_collator=collator, processing_class=tok, callbacks=[cb])
+    trainer.train()
+    # stage s renders s [ANT] slots
+    if keep_rows:
+        assert seen == [0, 0, 1, 1, 2, 2]
+        assert trainer.restaged_batches == 2
+    else:  # without the rows the prefetched batch keeps the old format (why ar.py sets keep_rows)
+        assert seen == [0, 0, 0, 1, 1, 2]
+        assert trainer.restaged_batches == 0

@@ -116,6 +116,26 @@ class AnchoredSFTTrainer(SFTTrainer):
         self.compute_loss_calls = 0
         self.examples_fewer_anchors = 0
         self.examples_no_anchors = 0
+        self.restaged_batches = 0
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """Fetch the next batches; re-render any that the data loader collated before a curriculum
+        stage switch (accelerate prefetches one batch), so every step trains on the current stage."""
+        from anchored_reasoning.train.collate import ROWS_KEY, STAGE_KEY
+
+        batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        collator = self.data_collator
+        for i, batch in enumerate(batches):
+            if not isinstance(batch, dict) or ROWS_KEY not in batch:
+                continue
+            rows, stage = batch.pop(ROWS_KEY), batch.pop(STAGE_KEY)
+            if stage != getattr(collator, "stage", stage):
+                fresh = collator(rows)
+                fresh.pop(ROWS_KEY, None)
+                fresh.pop(STAGE_KEY, None)
+                batches[i] = fresh
+                self.restaged_batches += 1
+        return batches, num_items
 
     @property
     def gamma(self) -> float:

@@ -246,7 +246,8 @@ def run_with_examples(
     logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
 
     collator = AnchoredCollator(
-        tokenizer, method, task=task_name, ant_token=config.ant_token, max_length=config.max_length
+        tokenizer, method, task=task_name, ant_token=config.ant_token, max_length=config.max_length,
+        keep_rows=bool(config.curriculum),
     )
     evaluator = None
     if config.generation_eval and valid_examples:

@@ -198,6 +198,9 @@ class AnchoredCollator:
     max_length: int | None = None
     pad_to_multiple_of: int | None = None
     stage: int | None = None
+    #: Tag each batch with the stage it was rendered at and its source rows, so the trainer can
+    #: re-render a batch the data loader prefetched before a curriculum stage switch.
+    keep_rows: bool = False
     stats: dict[str, int] = field(default_factory=lambda: {"examples": 0, "fewer_anchors": 0, "no_anchors": 0, "truncated": 0})
 
     def __post_init__(self) -> None:
@@ -251,4 +254,13 @@ class AnchoredCollator:
         return item
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return pad_batch([self.tokenize(r) for r in rows], self.tokenizer.pad_token_id, self.pad_to_multiple_of)
+        batch = pad_batch([self.tokenize(r) for r in rows], self.tokenizer.pad_token_id, self.pad_to_multiple_of)
+        if self.keep_rows:
+            batch[STAGE_KEY] = self.stage
+            batch[ROWS_KEY] = list(rows)
+        return batch
+
+
+#: Keys of a ``keep_rows`` batch (removed by the trainer before the model sees the batch).
+STAGE_KEY = "collated_stage"
+ROWS_KEY = "collated_rows"

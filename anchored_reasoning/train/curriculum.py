@@ -5,7 +5,8 @@
 
 1. evaluates the stage that ends (greedy generation on the validation split, graded by the task),
 2. tells the collator to render later batches at the new stage (the dataset is never rebuilt;
-   at most the one batch the data loader has already prefetched is still in the old format),
+   the one batch the data loader has already prefetched is re-rendered by the trainer when the
+   collator keeps its rows, ``keep_rows=True``, as the ``ar`` trainer sets for curricula),
 3. optionally clears the optimizer state (Coconut resets its optimizer at every stage).
 
 The best validated weights (among evaluations from ``best_from_stage`` on, by default the final
