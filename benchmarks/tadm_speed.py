@@ -26,12 +26,34 @@ In one process on one machine it
      ``ppl_rel_change`` is relative to ADLM's;
    * ``agreement_with_k1``: the share of generated tokens equal to ADLM's greedy output (a cheap
      generation-quality proxy: 1.0 = identical text);
-   * ``accuracy``: null, with the reason (no reasoning-tuned diffusion model fits this CPU budget).
+   * ``accuracy``: with ``--prosqa``, the ProsQA accuracy of the *reasoning-tuned* pair below at the
+     same K (0-1, with its 95% bootstrap interval, n, no-answer count and training budget next to it);
+     without ``--prosqa``, null with the reason.
 
    It also reports ``adlm_stale``: the *untrained* ADLM reusing stale anchors at each K (what the
    fusion module is there to repair), with its ppl and agreement; and, with ``--pretrain-steps N``,
    ``tadm_pretrained``: a TADM of the same total depth trained from scratch with T-ANELBO for N steps
    (S 1 block, A ``--anchor-layers`` - 1, D ``--denoiser-layers``), against the same ADLM.
+
+4. with ``--prosqa`` (the accuracy phase; ``--skip-wikitext`` runs it alone and merges it into the
+   JSON already at ``--out``):
+
+   * diffusion SFT of an ADLM (recipe ``diffusion_sft_prosqa_small_adlm``: ``--prosqa-sft-steps`` steps)
+     on ``--prosqa-train-n`` *small* generated ProsQA problems (the demo's size: 7 nodes drawn, 1-2
+     hops) in the answer-only ``nocot`` format ("### <entity> is a <concept>.", an 8-token window);
+   * TADM post-training from it (recipe ``tadm_posttrain_prosqa_small``: backbone frozen, fusion only,
+     ``--prosqa-post-steps`` steps on the same SFT data);
+   * greedy low-confidence sampling (``--prosqa-gen-length`` steps for as many tokens) of
+     ``--prosqa-eval-n`` held-out problems (other seeds, questions seen in training removed, as the
+     demo does) through the evaluation runner with the diffusion backend and
+     ``anchor_refresh_every=K``, graded by the ProsQA task grader: ADLM at K = 1, TADM at K = 1 and
+     each ``--ks``, the stale ADLM at each ``--ks``; accuracy with a 95% bootstrap interval, the
+     no-answer count and the generation's tokens/s (median of ``--prosqa-repeats`` interleaved runs);
+   * the same on the first ``--prosqa-real-n`` real ProsQA test problems when
+     ``$ANCHORED_REASONING_DATA`` holds them (full-size graphs: far outside the training distribution).
+
+   Chance is 0.5 (two options; a completion without either option is graded wrong). ``notes`` says
+   for each row whether its interval is above, at or below chance.
 
 Writes the JSON (``--out``) with per-K rows, the model sizes, the machine and the date.
 """
@@ -51,9 +73,8 @@ from pathlib import Path
 import torch
 
 logger = logging.getLogger("tadm_speed")
-ACCURACY_REASON = ("not measured: a ProsQA-capable diffusion model needs SFT far beyond this run's CPU budget "
-                   "(2 shared cores, ~25 min for training and measuring); the ppl bound and the agreement with K=1 "
-                   "greedy output are the quality measures here")
+ACCURACY_REASON = "not measured in this run: pass --prosqa for the ProsQA accuracy phase"
+CHANCE = 0.5  # ProsQA asks "<A> or <B>?"
 
 
 def train_models(args) -> tuple[Path, Path]:
@@ -142,6 +163,197 @@ def round_robin_seconds(runs: dict[str, tuple], prompt, cfg, repeats: int) -> di
     return {name: sorted(v)[len(v) // 2] for name, v in times.items()}
 
 
+# ---------------------------------------------------------------------------------------------
+# accuracy phase: a reasoning-tuned ADLM and its TADM on small ProsQA
+
+def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
+    """SFT an ADLM on small generated ProsQA, then post-train a TADM from it (reused when present)."""
+    from anchored_reasoning.commands.demo import DEMO_SIZE
+    from anchored_reasoning.train import diffusion as dtrain
+    from anchored_reasoning.train import tadm as ttrain
+
+    work = Path(args.workdir)
+    tag = f"s{args.prosqa_seed}_n{train_n}_sft{args.prosqa_sft_steps}" + \
+        (f"_{args.prosqa_sft_minutes:g}min" if args.prosqa_sft_minutes else "")
+    adlm_dir = work / f"prosqa_adlm_{tag}"
+    tadm_dir = work / f"prosqa_tadm_{tag}_post{args.prosqa_post_steps}"
+    size = "{" + ", ".join(f"{k}: {v}" for k, v in DEMO_SIZE.items()) + "}"
+    data = [f"data.train.n={train_n}", f"data.train.seed={args.prosqa_seed}", f"data.train.params={size}",
+            f"method.name={args.prosqa_method}", f"training.response_length={args.prosqa_gen_length}",
+            f"training.per_device_train_batch_size={args.prosqa_batch}", f"seed={args.prosqa_seed}"]
+    if not (adlm_dir / "config.json").is_file():
+        curve = ["training.save_strategy=steps", f"training.save_steps={args.prosqa_curve_every}",
+                 "training.save_only_model=true"] if args.prosqa_curve_every > 0 else []
+        dtrain.run("diffusion_sft_prosqa_small_adlm", [
+            f"output_dir={adlm_dir}", f"training.max_steps={args.prosqa_sft_steps}",
+            f"training.max_train_seconds={args.prosqa_sft_minutes * 60 if args.prosqa_sft_minutes else 'null'}",
+            f"training.learning_rate={args.prosqa_lr}", *curve, *data])
+    if not (tadm_dir / "config.json").is_file():
+        ttrain.run("tadm_posttrain_prosqa_small", [
+            f"output_dir={tadm_dir}", f"model.base={adlm_dir}", f"training.max_steps={args.prosqa_post_steps}",
+            f"training.stale_sampling_steps={args.prosqa_gen_length}", *data])
+    return adlm_dir, tadm_dir
+
+
+def prosqa_eval(model, tok, method, examples, k: int, out_dir: Path, args) -> tuple[dict, float]:
+    """One greedy pass of the evaluation runner (diffusion backend, anchor refreshed every K model
+    calls) over ``examples``, from scratch; returns (runner summary, wall seconds)."""
+    import shutil
+
+    from anchored_reasoning.backends.diffusion import DiffusionBackend
+    from anchored_reasoning.eval.runner import run_eval
+
+    g = args.prosqa_gen_length
+    backend = DiffusionBackend(model, tokenizer=tok, sampler="low_confidence", steps=g, gen_length=g,
+                               batch_size=args.prosqa_eval_batch, device="cpu", anchor_refresh_every=k)
+    shutil.rmtree(out_dir, ignore_errors=True)  # a resumed run would skip generation and its timing
+    t0 = time.perf_counter()
+    summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=g, progress=False)
+    return summary, time.perf_counter() - t0
+
+
+def accuracy_curve(adlm_dir: Path, tok, method, examples, args) -> list[dict]:
+    """Held-out accuracy (ADLM, K = 1) at the checkpoints SFT saved every ``--prosqa-curve-every`` steps."""
+    from transformers import AutoModelForMaskedLM
+
+    curve = []
+    for ckpt in sorted(adlm_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
+        model = AutoModelForMaskedLM.from_pretrained(ckpt).eval()
+        with torch.no_grad():
+            summary, _ = prosqa_eval(model, tok, method, examples, 1, Path(args.workdir) / "prosqa_evals" / "curve", args)
+        curve.append({"step": int(ckpt.name.split("-")[1]), **accuracy_entry(summary)})
+        logger.info("SFT step %d: held-out accuracy %.3f", curve[-1]["step"], curve[-1]["accuracy"])
+    return curve
+
+
+def accuracy_entry(summary: dict) -> dict:
+    acc = summary["accuracy"]
+    lo, hi = acc["ci_low"], acc["ci_high"]
+    verdict = "above chance" if lo > CHANCE else "below chance" if hi < CHANCE else "at chance"
+    return {"accuracy": acc["mean"], "accuracy_ci95": [lo, hi], "n": acc["n"],
+            "no_answer": summary["counts"]["no_answer"], "mean_answer_tokens": summary["tokens"]["mean"],
+            "vs_chance": verdict}
+
+
+def prosqa_phase(args) -> dict:
+    """Train the reasoning-tuned ADLM/TADM pair and measure accuracy and tokens/s per K (see the module doc)."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from anchored_reasoning.commands.demo import DEMO_SIZE, DemoSettings, make_data, real_test
+    from anchored_reasoning.eval.runner import build_method
+
+    settings = DemoSettings(seed=args.prosqa_seed, train_n=args.prosqa_train_n, eval_n=args.prosqa_eval_n,
+                            real_n=args.prosqa_real_n)
+    # The trainers draw the same training problems (same generator, seed and size); make_data draws
+    # the held-out ones from other seeds and drops any question that also occurs in training.
+    train, held = make_data(settings)
+    real = real_test(settings)
+    t0 = time.monotonic()
+    adlm_dir, tadm_dir = train_prosqa_models(args, len(train))
+    train_seconds = time.monotonic() - t0
+    tok = AutoTokenizer.from_pretrained(adlm_dir)
+    adlm = AutoModelForMaskedLM.from_pretrained(adlm_dir).eval()
+    tadm = AutoModelForMaskedLM.from_pretrained(tadm_dir).eval()
+    method = build_method(None, str(adlm_dir))  # the trained-style format the checkpoint records
+    runs = {"adlm:1": (adlm, 1)}
+    for k in [1, *args.ks]:
+        runs[f"tadm:{k}"] = (tadm, k)
+        if k > 1:
+            runs[f"adlm:{k}"] = (adlm, k)
+    evals = Path(args.workdir) / "prosqa_evals"
+    summaries: dict[str, dict] = {}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    with torch.no_grad():
+        for rep in range(max(1, args.prosqa_repeats)):  # interleaved, so load changes hit every configuration alike
+            for name, (model, k) in runs.items():
+                summary, secs = prosqa_eval(model, tok, method, held, k, evals / name.replace(":", "_k"), args)
+                times[name].append(secs)
+                if name in summaries and summaries[name]["accuracy"]["mean"] != summary["accuracy"]["mean"]:
+                    raise RuntimeError(f"{name}: greedy accuracy changed between repeats; generation is not deterministic")
+                summaries[name] = summary
+                logger.info("prosqa %s (pass %d): accuracy %.3f, %.1fs", name, rep + 1, summary["accuracy"]["mean"], secs)
+        real_rows = {}
+        for name, (model, k) in runs.items() if real else ():
+            summary, secs = prosqa_eval(model, tok, method, real, k, evals / ("real_" + name.replace(":", "_k")), args)
+            real_rows[name] = {**accuracy_entry(summary), "seconds": round(secs, 2)}
+            logger.info("real ProsQA %s: accuracy %.3f", name, summary["accuracy"]["mean"])
+    curve = accuracy_curve(adlm_dir, tok, method, held, args)
+    n_positions = len(held) * args.prosqa_gen_length
+    median = {name: sorted(v)[len(v) // 2] for name, v in times.items()}
+    ref_tps = n_positions / median["adlm:1"]
+    rows = {}
+    for name, summary in summaries.items():
+        tps = n_positions / median[name]
+        rows[name] = {**accuracy_entry(summary), "tokens_per_s": tps, "speedup_vs_k1": tps / ref_tps,
+                      "seconds_median": round(median[name], 3), "real_prosqa": real_rows.get(name)}
+    sft = json.loads((adlm_dir / "train_summary.json").read_text())
+    post = json.loads((tadm_dir / "train_summary.json").read_text())
+    c = tadm.config
+    budget = {"sft_steps": sft["global_steps"], "sft_seconds": sft["train_seconds"],
+              "posttrain_steps": post["global_steps"], "posttrain_seconds": post["train_seconds"],
+              "batch_size": args.prosqa_batch, "train_problems": len(train)}
+    setup = {
+        "data": f"generated ProsQA at the demo's size {DEMO_SIZE}: {len(train)} training problems (seed "
+                f"{args.prosqa_seed}); {len(held)} held-out problems from seeds {args.prosqa_seed + 10_000}+, "
+                "questions seen in training removed",
+        "format": f"trained-style {method.name} (answer only), responses EOS-padded to {args.prosqa_gen_length} tokens",
+        "adlm": {"checkpoint": str(adlm_dir), "recipe": "diffusion_sft_prosqa_small_adlm", "hidden_size": adlm.config.hidden_size,
+                 "anchor_layers": adlm.config.num_hidden_layers, "denoiser_layers": adlm.config.num_denoiser_layers,
+                 "parameters": sum(p.numel() for p in adlm.parameters()), "learning_rate": args.prosqa_lr},
+        "tadm": {"checkpoint": str(tadm_dir), "recipe": "tadm_posttrain_prosqa_small",
+                 "layers": {"shared": c.shared_layers, "anchor": c.num_hidden_layers, "denoiser": c.num_denoiser_layers},
+                 "fusion_parameters": sum(p.numel() for p in tadm.fusion.parameters())},
+        "budget": budget, "train_and_load_seconds": round(train_seconds, 1),
+        "sampler": f"low_confidence greedy, {args.prosqa_gen_length} steps for {args.prosqa_gen_length} tokens, "
+                   "through run_eval + the diffusion backend with anchor_refresh_every=K",
+        "tokens_per_s": f"generated window positions ({len(held)} problems x {args.prosqa_gen_length}) per wall second "
+                        f"of the whole runner pass (prompt encoding and grading included), median of {args.prosqa_repeats}",
+        "chance": CHANCE, "real_test_n": len(real),
+    }
+    return {"setup": setup, "rows": rows, "sft_accuracy_curve": curve}
+
+
+def merge_accuracy(result: dict, prosqa: dict) -> None:
+    """Put the ProsQA accuracy of each (model, K) into the WikiText rows with the same model kind and K."""
+    rows, budget = prosqa["rows"], prosqa["setup"]["budget"]
+    res = result["results"]
+
+    def fill(row: dict, name: str) -> None:
+        if not row:
+            return
+        a = rows.get(name)
+        row.pop("accuracy_reason", None)
+        if a is None:
+            row["accuracy"] = None
+            row["accuracy_reason"] = "no reasoning-tuned model of this kind was trained"
+            return
+        row.update({"accuracy": a["accuracy"], "accuracy_ci95": a["accuracy_ci95"], "accuracy_n": a["n"],
+                    "accuracy_no_answer": a["no_answer"], "accuracy_vs_chance": a["vs_chance"],
+                    "accuracy_tokens_per_s": a["tokens_per_s"], "accuracy_speedup_vs_k1": a["speedup_vs_k1"],
+                    "accuracy_budget": budget,
+                    "accuracy_model": f"ProsQA-SFT {'ADLM' if name.startswith('adlm') else 'TADM'} (small problems), "
+                                      "not the WikiText model of this row's ppl"})
+
+    fill(res["adlm_k1"], "adlm:1")
+    for k, row in res["tadm"].items():
+        fill(row, f"tadm:{k}")
+    for k, row in res["adlm_stale"].items():
+        fill(row, f"adlm:{k}")
+    for row in (res.get("tadm_pretrained") or {}).values():
+        fill(row, "pretrained")
+    result["prosqa"] = prosqa
+    notes = [f"ProsQA chance is {CHANCE} (two options); accuracy was measured after {budget['sft_steps']} SFT steps "
+             f"({budget['sft_seconds']:.0f} s) and {budget['posttrain_steps']} fusion steps on a shared 2-core CPU."]
+    for name, a in rows.items():
+        lo, hi = a["accuracy_ci95"]
+        line = f"{name}: {a['accuracy']:.3f} [{lo:.3f}, {hi:.3f}], {a['vs_chance']}"
+        if a["vs_chance"] != "above chance":
+            line += (f" -- a finding about this training budget, not about TADM ({a['no_answer']}/{a['n']} "
+                     "completions name neither option)")
+        notes.append(line)
+    result["notes"] = notes
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workdir", default="runs/tadm_bench")
@@ -165,12 +377,60 @@ def main(argv=None) -> int:
                    help="also train a TADM from scratch with T-ANELBO for this many steps and measure it (0: skip)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--prosqa", action="store_true", help="also run the ProsQA accuracy phase (see the module doc)")
+    p.add_argument("--skip-wikitext", action="store_true",
+                   help="run only the ProsQA phase and merge it into the JSON already at --out")
+    p.add_argument("--prosqa-sft-steps", type=int, default=2000, help="diffusion SFT steps of the ProsQA ADLM")
+    p.add_argument("--prosqa-sft-minutes", type=float, default=0,
+                   help="also stop SFT after this many minutes of training (0: steps only); the steps reached are reported")
+    p.add_argument("--prosqa-curve-every", type=int, default=0,
+                   help="save an SFT checkpoint every N steps and report held-out accuracy (ADLM, K=1) at each (0: off)")
+    p.add_argument("--prosqa-post-steps", type=int, default=200, help="fusion post-training steps of the ProsQA TADM")
+    p.add_argument("--prosqa-lr", type=float, default=3e-3, help="SFT learning rate")
+    p.add_argument("--prosqa-batch", type=int, default=32)
+    p.add_argument("--prosqa-train-n", type=int, default=20000, help="generated training problems")
+    p.add_argument("--prosqa-eval-n", type=int, default=200, help="held-out generated problems")
+    p.add_argument("--prosqa-real-n", type=int, default=100,
+                   help="real ProsQA test problems when $ANCHORED_REASONING_DATA has them (0: skip)")
+    p.add_argument("--prosqa-method", default="nocot", help="trained-style format: nocot (answer only) or cot")
+    p.add_argument("--prosqa-gen-length", type=int, default=8, help="response window = sampler steps")
+    p.add_argument("--prosqa-eval-batch", type=int, default=64)
+    p.add_argument("--prosqa-repeats", type=int, default=3, help="interleaved timed evaluation passes")
+    p.add_argument("--prosqa-seed", type=int, default=0)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-
     import anchored_reasoning.models  # noqa: F401  (Auto registration)
+
+    out = Path(args.out)
+    command = "python benchmarks/tadm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.skip_wikitext:
+        if not args.prosqa:
+            raise SystemExit("--skip-wikitext leaves nothing to do without --prosqa")
+        if not out.is_file():
+            raise SystemExit(f"--skip-wikitext merges into an existing result, but {out} does not exist; "
+                             "run once without --skip-wikitext")
+        result = json.loads(out.read_text())
+    else:
+        result = wikitext_phase(args, command)
+    if args.prosqa:
+        merge_accuracy(result, prosqa_phase(args))
+        result["prosqa"]["command"] = command
+        result["prosqa"]["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    logger.info("wrote %s", out)
+    rows = {"1 (ADLM)": result["results"]["adlm_k1"], **result["results"]["tadm"]}
+    print(json.dumps({k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()
+                          if kk in ("tokens_per_s", "speedup_vs_k1", "ppl", "ppl_rel_change", "agreement_with_k1",
+                                    "layer_calls", "layer_calls_formula", "accuracy", "accuracy_ci95")}
+                      for k, v in rows.items()}, indent=1))
+    return 0
+
+
+def wikitext_phase(args, command: str) -> dict:
+    """Train (or reuse) the WikiText ADLM/TADM and measure speed, layer calls and ppl per K."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from anchored_reasoning.objectives_tadm import stale_perplexity_bound
@@ -240,7 +500,7 @@ def main(argv=None) -> int:
                     "python": sys.version.split()[0], "torch": torch.__version__, "threads": torch.get_num_threads(),
                     "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available(),
                     "note": "shared 2-core CPU; other jobs may run at the same time, so absolute tokens/s are noisy"},
-        "command": "python benchmarks/tadm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command,
         "setup": {"sampler": "low_confidence greedy", "prompt": f"first {args.prompt_len} tokens of held-out blocks",
                   "timing": "median of --repeats runs per configuration, configurations interleaved", "steps_T": args.steps, "gen_length": args.gen_length,
                   "batch": args.batch, "repeats": args.repeats, "ppl_heldout": f"wikitext2_test, {held_out.shape[0]} blocks "
@@ -258,14 +518,7 @@ def main(argv=None) -> int:
     k3 = tadm_rows.get("3")
     if k3:
         result["goal_met_at_k3"] = bool(k3["speedup_vs_k1"] >= 1.5 and k3["ppl_rel_change"] <= 0.02)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    logger.info("wrote %s", out)
-    print(json.dumps({k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()
-                          if kk in ("tokens_per_s", "speedup_vs_k1", "ppl", "ppl_rel_change", "agreement_with_k1",
-                                    "layer_calls", "layer_calls_formula")} for k, v in tadm_rows.items()}, indent=1))
-    return 0
+    return result
 
 
 if __name__ == "__main__":

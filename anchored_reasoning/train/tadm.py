@@ -279,7 +279,10 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     trainer = TADMTrainer(
         model=model, args=config, train_dataset=Dataset.from_list(train_rows),
         eval_dataset=Dataset.from_list(valid_rows) if valid_rows else None,
-        data_collator=DiffusionCollator.for_tokenizer(tokenizer, eos_padding=config.eos_padding, max_length=max_positions),
+        # SFT: the fixed response window (training.response_length) the base model was fine-tuned on
+        data_collator=DiffusionCollator.for_tokenizer(
+            tokenizer, eos_padding=config.eos_padding, max_length=max_positions,
+            response_length=config.response_length if config.diffusion_mode == "sft" else None),
         processing_class=tokenizer, callbacks=[budget],
     )
     t_train = time.monotonic()
