@@ -66,10 +66,14 @@ def parse_args(argv=None):
     p.add_argument("--methods", nargs="+", default=METHODS)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--train-seconds", type=float, default=30.0, help="wall-clock training budget per run (equal for all)")
+    p.add_argument("--train-steps", type=int, default=None,
+                   help="optimizer steps per run instead of a time budget (equal examples for every method, as the paper's equal epochs)")
     p.add_argument("--train-n", type=int, default=6000, help="generated ProsQA training problems (ProntoQA uses its train split)")
     p.add_argument("--prosqa-n", type=int, default=500, help="real ProsQA test problems (all 500 by default)")
     p.add_argument("--prontoqa-n", type=int, default=800, help="real ProntoQA test problems (all 800 by default)")
-    p.add_argument("--preset", default="gpt2-tiny")
+    p.add_argument("--backbone", default="logic-gpt2",
+                   help="model every run fine-tunes (alias, directory or Hub id); 'none' trains --preset from scratch")
+    p.add_argument("--preset", default="gpt2-tiny", help="from-scratch architecture when --backbone none")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=2)
@@ -102,10 +106,14 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
     run_dir = Path(args.work) / task / method / f"seed{seed}"
     ckpt = run_dir / "model"
     if not (ckpt / "train_summary.json").is_file():
-        settings = demo.DemoSettings(seed=seed, preset=args.preset, learning_rate=args.lr, batch_size=args.batch_size)
+        settings = demo.DemoSettings(seed=seed, backbone=_backbone(args), preset=args.preset, learning_rate=args.lr,
+                                     batch_size=args.batch_size)
         recipe = demo.method_recipe(method, settings, tokenizer, ckpt, args.train_seconds, task=task,
                                     options=OPTIONS[task][method])
-        recipe["training"]["max_length"] = 1024
+        recipe["training"]["max_length"] = 512 if _backbone(args) else 1024  # the backbone has 512 positions
+        if args.train_steps:
+            recipe["training"]["max_steps"] = args.train_steps
+            recipe["training"]["max_train_seconds"] = None
         ar.run_with_examples(recipe, train, [])
     summary = json.loads((ckpt / "train_summary.json").read_text())
     ev = demo.evaluate(str(ckpt), test, run_dir / "eval_test", MAX_NEW_TOKENS[task], task=task)
@@ -122,6 +130,10 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
         "stages_planned": summary["stages_planned"],
         "_correct": {r["id"]: bool(r["correct"]) for r in records},
     }
+
+
+def _backbone(args) -> str | None:
+    return None if str(args.backbone).lower() in ("none", "scratch", "") else args.backbone
 
 
 def aggregate(per_seed: list[dict[str, Any]], budget: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +168,8 @@ def step_time(args) -> dict[str, Any]:
     examples = generate_dataset(args.batch_size, seed=999, split="bench-steptime")
     method = get_method("acot", style="trained", k=6)  # 6 [ANT] slots with anchors, full CoT target
     work = Path(args.work) / "step_time"
-    model, tok = build_model_and_tokenizer({"preset": args.preset, "tokenizer": "train"},
+    spec = {"name": _backbone(args)} if _backbone(args) else {"preset": args.preset, "tokenizer": "train"}
+    model, tok = build_model_and_tokenizer(spec,
                                            training_texts(examples, method, "prosqa"), work, 0)
     batch = AnchoredCollator(tok, method, task="prosqa")([{"example": r} for r in examples_dataset(examples)["example"]])
     ds = examples_dataset(examples)
@@ -198,7 +211,7 @@ def step_time(args) -> dict[str, Any]:
         "repeats": args.step_time_repeats,
         "batch": {"examples": args.batch_size, "tokens": int(batch["attention_mask"].sum()),
                   "anchor_labels": int((batch["anchor_labels"] != -100).sum())},
-        "model": args.preset,
+        "model": _backbone(args) or args.preset,
         "threads": torch.get_num_threads(),
         "goal": "<= 1.10",
         "what": "training_step + optimizer step of AnchoredSFTTrainer (LM + anchor loss) vs TRL SFTTrainer "
@@ -219,6 +232,14 @@ def goals(results: dict[str, Any], st: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _budget_text(budget: dict[str, Any], steps: list[int]) -> str:
+    if budget.get("train_steps_per_run"):
+        what = f"{budget['train_steps_per_run']} optimizer steps of batch {budget['batch_size']} per run"
+    else:
+        what = f"{budget['train_seconds_per_run']:.0f} s of training per run ({min(steps)}-{max(steps)} optimizer steps)"
+    return f"{what}, {budget['model']}"
+
+
 def notes(results: dict[str, Any]) -> list[str]:
     """Plain-language reading of the numbers (what a reader must not conclude)."""
     out = []
@@ -226,15 +247,20 @@ def notes(results: dict[str, Any]) -> list[str]:
         methods = {m: v for m, v in results.get(task, {}).items() if isinstance(v, dict) and "accuracy" in v}
         if not methods:
             continue
-        best = max(v["accuracy"] for v in methods.values())
-        budget = next(iter(methods.values()))["budget"]
+        best_name, best = max(methods.items(), key=lambda kv: kv[1]["accuracy"])
+        budget = best["budget"]
         steps = [r["steps"] for v in methods.values() for r in v["per_seed"]]
-        if best < 0.55:
+        lo = best["accuracy_ci95"][0]
+        if lo <= 0.5:
             out.append(
-                f"{task}: every method is at or below chance (best {best:.3f}; two options, random pick 0.5) after "
-                f"{budget['train_seconds_per_run']:.0f} s of training per run ({min(steps)}-{max(steps)} optimizer steps) "
-                "on a shared CPU: the budget is far too small to learn the full-size task from scratch. This is a "
+                f"{task}: no method is clearly above chance (best {best_name} {best['accuracy']:.3f}, 95% CI from "
+                f"{lo:.3f}; two options, a random pick scores 0.5) after {_budget_text(budget, steps)}. This is a "
                 "statement about the budget, not a ranking of the methods; the token counts show each format's cost."
+            )
+        else:
+            out.append(
+                f"{task}: best {best_name} {best['accuracy']:.3f} (95% CI {lo:.3f}-{best['accuracy_ci95'][1]:.3f}) after "
+                f"{_budget_text(budget, steps)}; a random pick between the two options scores 0.5."
             )
     return out
 
@@ -251,16 +277,23 @@ def main(argv=None) -> int:
 
     t_start = time.monotonic()
     out = Path(args.out)
-    results: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+    results: dict[str, Any] = {}  # this process's tasks; _write merges them into --out
     st = None if args.skip_step_time else step_time(args)
     if st:
         log.info("step time: ACoT / SFT = %.3f", st["acot_over_sft"])
-    budget = {"train_seconds_per_run": args.train_seconds, "model": f"{args.preset} from scratch", "lr": args.lr,
+    model = f"{_backbone(args)} fine-tuned" if _backbone(args) else f"{args.preset} from scratch"
+    budget = {"train_seconds_per_run": None if args.train_steps else args.train_seconds,
+              "train_steps_per_run": args.train_steps, "model": model, "lr": args.lr,
               "batch_size": args.batch_size, "torch_threads": args.threads}
     for task in args.tasks:
         train, test = task_data(task, args)
         tok_dir = Path(args.work) / task
-        tokenizer = shared_tokenizer(train, tok_dir, args.methods) if task == "prosqa" else _prontoqa_tokenizer(train, tok_dir, args)
+        if _backbone(args):
+            tokenizer = None  # the backbone's own
+        elif task == "prosqa":
+            tokenizer = shared_tokenizer(train, tok_dir, args.methods)
+        else:
+            tokenizer = _prontoqa_tokenizer(train, tok_dir, args)
         task_budget = dict(budget, train_problems=len(train),
                            train_data="generated full-size ProsQA" if task == "prosqa" else "ProntoQA train split")
         per_task = results.setdefault(task, {})
@@ -272,10 +305,8 @@ def main(argv=None) -> int:
                          r["mean_generated_tokens"], r["steps"])
                 runs.append(r)
             per_task[method] = aggregate(runs, task_budget)
-            results["step_time"] = st or results.get("step_time")
+            results["step_time"] = st
             _write(out, results, args, t_start)
-    results["goals"] = goals(results, results.get("step_time"))
-    results["notes"] = notes(results)
     _write(out, results, args, t_start)
     print(json.dumps({t: {m: round(v["accuracy"], 3) for m, v in results[t].items()} for t in args.tasks}, indent=1))
     return 0
@@ -299,20 +330,34 @@ def _prontoqa_tokenizer(train: list, work: Path, args) -> Path:
 
 
 def _write(out: Path, results: dict[str, Any], args, t_start: float) -> None:
-    results["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                          "cpus": os.cpu_count(), "torch_threads": args.threads,
-                          "note": "shared 2-core CPU machine; other jobs ran concurrently"}
-    results["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python benchmarks/acot_vs_cot.py " + " ".join(sys.argv[1:])
-    if results.get("command") and results["command"] != command:
-        reruns = results.setdefault("resumed_with", [])
-        if command not in reruns:
-            reruns.append(command)  # a rerun reuses the finished runs: keep the command that produced them
-    else:
-        results["command"] = command
-    results["wall_seconds"] = round(time.monotonic() - t_start, 1)
+    """Merge this process's tasks into ``out`` under a file lock, so one process per task can run at once."""
+    import fcntl
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+        for key in args.tasks:
+            if key in results:
+                merged.setdefault(key, {}).update(results[key])  # per method: other methods' runs stay
+        if results.get("step_time"):
+            merged["step_time"] = results["step_time"]
+        merged["goals"] = goals(merged, merged.get("step_time"))
+        merged["notes"] = notes(merged)
+        merged["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                             "cpus": os.cpu_count(), "torch_threads": args.threads}
+        merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        command = "python benchmarks/acot_vs_cot.py " + " ".join(sys.argv[1:])
+        commands = merged.setdefault("commands", {})
+        for key in args.tasks:
+            commands[key] = command
+        merged.pop("command", None)
+        merged.pop("resumed_with", None)
+        walls = merged.setdefault("wall_seconds", {})
+        if not isinstance(walls, dict):
+            walls = merged["wall_seconds"] = {}
+        walls["+".join(args.tasks)] = round(time.monotonic() - t_start, 1)
+        out.write_text(json.dumps(merged, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

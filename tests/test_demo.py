@@ -50,3 +50,12 @@ def test_demo_runs_end_to_end_at_a_tiny_budget(tmp_path, monkeypatch, capsys):
     assert (out / "acot" / "model" / "model.safetensors").stat().st_mtime == before
     # other settings into the same folder are refused, not mixed
     assert main([*argv[:-2], "--seed", "3"]) == 1
+
+
+def test_method_recipe_fine_tunes_the_backbone_or_trains_from_scratch(tmp_path):
+    on = demo.method_recipe("acot", demo.DemoSettings(), None, tmp_path / "a", 10.0)
+    assert on["model"] == {"name": "logic-gpt2"}
+    off = demo.method_recipe("acot", demo.DemoSettings(backbone=None), tmp_path / "tok", tmp_path / "b", 10.0)
+    assert off["model"] == {"preset": "gpt2-tiny", "tokenizer": str(tmp_path / "tok")}
+    with pytest.raises(ValueError):
+        demo.method_recipe("acot", demo.DemoSettings(backbone=None), None, tmp_path / "c", 10.0)

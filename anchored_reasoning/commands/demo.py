@@ -60,6 +60,9 @@ class DemoSettings:
     eval_n: int = 200
     real_n: int = 100
     size: dict[str, Any] = field(default_factory=lambda: dict(DEMO_SIZE))
+    #: Model every method fine-tunes: a checkpoint, alias or Hub id (default: the shipped
+    #: ``logic-gpt2`` backbone); None trains ``preset`` from scratch with a tokenizer trained here.
+    backbone: str | None = "logic-gpt2"
     preset: str = "gpt2-tiny"
     learning_rate: float = 1e-3
     batch_size: int = 32
@@ -82,6 +85,9 @@ def register(subparsers) -> None:
     p.add_argument("--train-n", type=int, default=20000, help="generated training problems (default 20000)")
     p.add_argument("--eval-n", type=int, default=200, help="held-out generated problems (default 200)")
     p.add_argument("--real-n", type=int, default=100, help="real ProsQA test problems when $ANCHORED_REASONING_DATA is set (0: skip)")
+    p.add_argument("--backbone", default="logic-gpt2",
+                   help="model every method fine-tunes: alias, checkpoint folder or Hub id (default: the shipped "
+                        "logic-gpt2); 'none' trains a 2-layer GPT-2 from scratch instead")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.set_defaults(func=main)
 
@@ -95,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
         eval_n=args.eval_n,
         real_n=args.real_n,
         threads=args.threads,
+        backbone=None if str(args.backbone).lower() in ("none", "scratch", "") else args.backbone,
     )
     summary = run_demo(settings, Path(args.out))
     print(render_table(summary))
@@ -163,21 +170,30 @@ def shared_tokenizer(train: list, out: Path, methods: list[str]) -> Path:
 def method_recipe(
     name: str,
     settings: DemoSettings,
-    tokenizer: Path,
+    tokenizer: Path | None,
     out_dir: Path,
     train_seconds: float,
     *,
     task: str = "prosqa",
     options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``ar`` recipe of one time-boxed run (also used by benchmarks/acot_vs_cot.py)."""
+    """The ``ar`` recipe of one time-boxed run (also used by benchmarks/acot_vs_cot.py).
+
+    With ``settings.backbone`` the run fine-tunes that model (and its tokenizer); otherwise it
+    trains ``settings.preset`` from scratch with ``tokenizer``."""
     curriculum = name in CURRICULUM
+    if settings.backbone:
+        model = {"name": settings.backbone}
+    else:
+        if tokenizer is None:
+            raise ValueError("a from-scratch run (backbone=None) needs a tokenizer")
+        model = {"preset": settings.preset, "tokenizer": str(tokenizer)}
     return {
         "trainer": "ar",
         "task": task,
         "seed": settings.seed,
         "output_dir": str(out_dir),
-        "model": {"preset": settings.preset, "tokenizer": str(tokenizer)},
+        "model": model,
         "method": {"name": name, "options": dict(METHOD_OPTIONS.get(name, {}) if options is None else options)},
         "training": {
             "max_steps": 1_000_000,  # the time budget stops training
@@ -198,7 +214,7 @@ def method_recipe(
     }
 
 
-def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path, out: Path, train_seconds: float) -> dict[str, Any]:
+def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path | None, out: Path, train_seconds: float) -> dict[str, Any]:
     from anchored_reasoning.train import ar
 
     ckpt = out / name / "model"
@@ -264,7 +280,7 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
 
     train, held = make_data(settings)
     real = real_test(settings)
-    tokenizer = shared_tokenizer(train, out, settings.methods)
+    tokenizer = None if settings.backbone else shared_tokenizer(train, out, settings.methods)
     setup_s = time.monotonic() - t0
 
     # Equal training time per method; evaluation time is reserved up front from a rough per-example cost.
@@ -292,7 +308,8 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
         "settings": asdict(settings),
         "scale": {
             "problems": f"generated ProsQA, generator size {settings.size}",
-            "model": f"{settings.preset} from scratch (see anchored_reasoning.train.ar.MODEL_PRESETS)",
+            "model": (f"{settings.backbone} fine-tuned" if settings.backbone
+                      else f"{settings.preset} from scratch (see anchored_reasoning.train.ar.MODEL_PRESETS)"),
             "train_seconds_per_method": round(train_seconds, 1),
             "real_prosqa_test_examples": len(real),
             "real_prosqa_note": "first real_n problems of the real test split (full-size graphs, out of the training distribution)"

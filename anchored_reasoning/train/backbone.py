@@ -1,0 +1,281 @@
+"""Pretrain a small GPT-2-class backbone on generated logic text (the ``logic-gpt2`` model).
+
+    python -m anchored_reasoning.train.backbone --out anchored_reasoning/assets/logic-gpt2 --minutes 35
+
+The paper fine-tunes *pretrained* GPT-2 (124M) with every method. On a 2-core CPU a model
+trained from scratch for a few minutes never gets past the answer format (CALIBRATION.md), so
+the demo and ``benchmarks/acot_vs_cot.py`` start from this backbone instead: one small model,
+pretrained once with a next-token loss on *logic text* and shipped inside the package
+(a few MB), that every method then fine-tunes at the same budget -- the same protocol as the
+paper, at CPU scale.
+
+The corpus is question-free: each document is the list of facts of a generated problem
+(ProsQA-style graphs of several sizes; ProntoQA-style 1-5 hop ontologies), a newline, and a
+derivation that follows the facts ("Sally is a scrompus. Every scrompus is a rempus. ...").
+No document contains a question, an answer marker or any method's special tokens, so the
+backbone favours no method's format; it learns to read rules and to chain them. The loss is on
+the derivation only: the facts are random draws (nothing to learn from predicting them) and
+would otherwise swamp the few tokens that need a rule looked up (a first 35-minute run with the
+loss on every token learned the format and "Every X is a X", not the lookup). All problems
+are generated here from fixed seeds (nothing from the real test splits).
+
+The tokenizer is a byte-level BPE trained on the same corpus (every ProsQA/ProntoQA word is a
+single token) with the methods' special tokens ([ANT], [BoA], ...) already added, so that
+fine-tuning never resizes the embeddings.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import math
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+#: The shipped backbone's architecture (4 layers: depth matters for latent multi-hop search,
+#: width 128 keeps a training step cheap on a CPU).
+BACKBONE_CONFIG = {"n_layer": 4, "n_embd": 128, "n_head": 4, "n_positions": 512,
+                   "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+#: Corpus mixture: (task, generator size, share of the documents).
+MIXTURE: list[tuple[str, dict[str, Any], float]] = [
+    ("prosqa", {}, 0.30),                                              # full size (the real files)
+    ("prosqa", {"num_nodes": 14, "min_hops": 1, "max_hops": 3}, 0.25),
+    ("prosqa", {"num_nodes": 7, "min_hops": 1, "max_hops": 2}, 0.20),  # the demo's size
+    ("prontoqa", {"hops": 5}, 0.15),                                   # the real files' depth
+    ("prontoqa", {"hops": 3}, 0.10),
+]
+
+
+def _facts(question: str, task: str) -> str:
+    """The question without its final query sentence."""
+    marker = " Is " if task == "prosqa" else " True or false:"
+    cut = question.rfind(marker)
+    return question[:cut].strip() if cut > 0 else question.strip()
+
+
+def document(example, task: str) -> str:
+    """One logic-text document: facts, newline, derivation (no question, no answer marker)."""
+    steps = " ".join(s.strip() for s in (example.steps or []))
+    tail = steps
+    if task == "prosqa" and example.answer and example.answer not in steps:
+        tail = f"{steps} {example.answer}".strip()
+    return f"{_facts(example.question, task)}\n{tail}"
+
+
+def logic_corpus(n_docs: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``n_docs`` (task, document) pairs drawn from :data:`MIXTURE`, shuffled with ``seed``."""
+    from anchored_reasoning import generators
+
+    out: list[tuple[str, str]] = []
+    for i, (task, size, share) in enumerate(MIXTURE):
+        n = max(1, round(n_docs * share))
+        for ex in generators.generate_dataset(task, n, seed=seed * 100 + i, split=f"backbone{i}", **size):
+            out.append((task, document(ex, task)))
+    random.Random(seed).shuffle(out)
+    return out[:n_docs]
+
+
+def build_tokenizer(texts: Sequence[str], out_dir: Path, vocab_size: int = 512):
+    from anchored_reasoning.methods.anchored import add_special_tokens
+    from anchored_reasoning.testing import train_tiny_tokenizer
+
+    tok = train_tiny_tokenizer(out_dir, texts=texts, vocab_size=vocab_size)
+    add_special_tokens(tok)
+    tok.padding_side = "left"
+    return tok
+
+
+def _batches(encoded: list[tuple[list[int], int]], batch_size: int, rng: random.Random):
+    """Endless batches of documents of similar length (sorted chunks, shuffled)."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    while True:
+        chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        rng.shuffle(chunks)
+        for chunk in chunks:
+            yield [encoded[i] for i in chunk]
+        # reshuffle within equal lengths next epoch
+        rng.shuffle(order)
+        order.sort(key=lambda i: len(encoded[i][0]))
+
+
+def _collate(docs: list[tuple[list[int], int]], pad_id: int, loss_on: str = "derivation"):
+    """Pad (token ids, length of the facts part) pairs; labels on the derivation part (or on ``all`` tokens)."""
+    import torch
+
+    width = max(len(d) for d, _ in docs)
+    ids = torch.full((len(docs), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(docs), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(docs), width), dtype=torch.long)
+    for r, (d, facts_len) in enumerate(docs):
+        ids[r, :len(d)] = torch.tensor(d)
+        start = 0 if loss_on == "all" else facts_len
+        labels[r, start:len(d)] = torch.tensor(d[start:])
+        mask[r, :len(d)] = 1
+    return ids, mask, labels
+
+
+def encode(tokenizer, doc: str) -> tuple[list[int], int]:
+    """Token ids of a document (+ EOS) and the length of its facts part (up to and including the newline)."""
+    facts, derivation = doc.split("\n", 1)
+    head = tokenizer(facts + "\n")["input_ids"]
+    return head + tokenizer(derivation)["input_ids"] + [tokenizer.eos_token_id], len(head)
+
+
+def derivation_loss(model, tokenizer, docs: list[str], batch_size: int = 32) -> float:
+    """Mean next-token loss on the derivation part (after the newline) of held-out documents."""
+    import torch
+
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(docs), batch_size):
+            ids, mask, labels = _collate([encode(tokenizer, d) for d in docs[i:i + batch_size]], tokenizer.pad_token_id)
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            tgt = labels[:, 1:]
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1),
+                                                     ignore_index=-100, reduction="sum")
+            total += float(loss)
+            count += int((tgt != -100).sum())
+    model.train()
+    return total / max(count, 1)
+
+
+def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: int = 0, batch_size: int = 32,
+             lr: float = 1e-3, warmup: int = 200, eval_every: int = 250, threads: int | None = None,
+             config: dict[str, Any] | None = None, max_steps: int | None = None,
+             init_from: str | Path | None = None, loss_on: str = "derivation") -> dict[str, Any]:
+    """Pretrain the backbone for ``minutes`` of wall-clock time (or ``max_steps``) and save it to ``out``.
+
+    The learning rate warms up for ``warmup`` steps and then decays on a cosine over the
+    time budget (to 10%). ``init_from`` continues from a saved backbone (its weights and
+    tokenizer; a fresh corpus draw from ``seed``). Returns the summary that is also written to
+    ``out/backbone.json`` (a continued run keeps the earlier phases under ``previous``).
+    ``loss_on="all"`` puts the loss on every token, facts included (the first phase of the
+    shipped backbone was trained that way; see the module docstring for why it is not the default).
+    """
+    if loss_on not in ("derivation", "all"):
+        raise ValueError(f"loss_on must be 'derivation' or 'all', got {loss_on!r}")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    corpus = logic_corpus(n_docs, seed=seed)
+    held = logic_corpus(400, seed=seed + 999)
+    previous = None
+    if init_from:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(init_from)
+        prev_file = Path(init_from) / "backbone.json"
+        previous = json.loads(prev_file.read_text()) if prev_file.is_file() else None
+    else:
+        tokenizer = build_tokenizer([d for _, d in corpus[:20_000]], out / "_tokenizer")
+    enc = [encode(tokenizer, d) for _, d in corpus]
+    too_long = sum(len(e) > BACKBONE_CONFIG["n_positions"] for e, _ in enc)
+    enc = [e for e in enc if len(e[0]) <= BACKBONE_CONFIG["n_positions"]]
+    cfg = {**BACKBONE_CONFIG, **(config or {})}
+    if init_from:
+        model = AutoModelForCausalLM.from_pretrained(init_from)
+        cfg = {k: getattr(model.config, k) for k in cfg}
+    else:
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                                           eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                                           **cfg))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    budget = minutes * 60.0
+    held_by_task = {t: [d for tt, d in held if tt == t] for t in ("prosqa", "prontoqa")}
+    history: list[dict[str, Any]] = []
+    t0 = time.time()
+    step = 0
+    tokens = 0
+    supervised = 0
+    batches = _batches(enc, batch_size, rng)
+    model.train()
+    while True:
+        elapsed = time.time() - t0
+        if (max_steps is not None and step >= max_steps) or (max_steps is None and elapsed >= budget):
+            break
+        frac = min(1.0, elapsed / budget) if max_steps is None else step / max(max_steps, 1)
+        scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr * scale
+        ids, mask, labels = _collate(next(batches), tokenizer.pad_token_id, loss_on)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        tokens += int(mask.sum())
+        supervised += int((labels != -100).sum())
+        if step % eval_every == 0:
+            row = {"step": step, "seconds": round(time.time() - t0, 1), "train_loss": round(loss.item(), 4)}
+            for task, docs in held_by_task.items():
+                row[f"derivation_loss_{task}"] = round(derivation_loss(model, tokenizer, docs[:128]), 4)
+            history.append(row)
+            print("backbone", json.dumps(row), flush=True)
+    final = {task: round(derivation_loss(model, tokenizer, docs), 4) for task, docs in held_by_task.items()}
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    summary = {
+        "what": "GPT-2-class backbone pretrained with next-token loss on generated logic text "
+                "(anchored_reasoning.train.backbone)",
+        "config": cfg,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "corpus": {"documents": len(enc), "dropped_too_long": too_long, "mixture": MIXTURE, "seed": seed},
+        "steps": step, "tokens": tokens, "supervised_tokens": supervised, "batch_size": batch_size, "lr": lr,
+        "train_seconds": round(time.time() - t0, 1), "total_seconds": round(time.time() - t_start, 1),
+        "held_out_derivation_loss": final, "history": history,
+        "date": dt.date.today().isoformat(), "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "torch_threads": torch.get_num_threads(),
+        "init_from": str(init_from) if init_from else None,
+        "loss_on": loss_on,
+        "previous": previous,
+    }
+    (out / "backbone.json").write_text(json.dumps(summary, indent=1) + "\n")
+    import shutil
+
+    shutil.rmtree(out / "_tokenizer", ignore_errors=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--minutes", type=float, default=35.0)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps instead of the time budget")
+    p.add_argument("--docs", type=int, default=120_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--init-from", default=None, help="continue pretraining a saved backbone (directory)")
+    p.add_argument("--loss-on", choices=["derivation", "all"], default="derivation",
+                   help="tokens that carry the loss (default: the derivation only)")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    s = pretrain(Path(a.out), minutes=a.minutes, n_docs=a.docs, seed=a.seed, batch_size=a.batch_size, lr=a.lr,
+                 threads=a.threads, max_steps=a.max_steps, init_from=a.init_from,
+                 loss_on=a.loss_on)
+    print(json.dumps({k: s[k] for k in ("steps", "tokens", "train_seconds", "held_out_derivation_loss")}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
