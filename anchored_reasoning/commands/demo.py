@@ -8,10 +8,11 @@ What it does, offline:
 1. generates small ProsQA problems (Coconut's construction at a reduced size: 7 nodes drawn,
    1-2 hop answers, ~35 words per question instead of ~200) -- training problems and held-out
    problems from different seeds, held-out questions that also occur in training removed;
-2. trains one tiny GPT-2-class model from scratch per method (2 layers, d=128, lr 1e-3,
-   byte-level BPE tokenizer trained on the generated text), each for the same wall-clock budget;
-   ACoT follows the paper's curriculum (one more [ANT] slot and one reasoning step fewer per
-   stage, optimizer reset at each switch), squeezed into the budget;
+2. fine-tunes the shipped ``logic-gpt2`` backbone (a 4-layer d=128 GPT-2 pretrained on generated
+   logic text, see anchored_reasoning.train.backbone) once per method, each for the same
+   wall-clock budget (``--backbone none``: a 2-layer GPT-2 from scratch with a tokenizer trained
+   on the generated text instead); ACoT follows the paper's curriculum (one more [ANT] slot and
+   one reasoning step fewer per stage, optimizer reset at each switch), squeezed into the budget;
 3. evaluates each checkpoint through the evaluation runner (HF backend, greedy) on the held-out
    problems and, when ``$ANCHORED_REASONING_DATA`` holds the real ProsQA test split, on its first
    ``--real-n`` problems (full-size graphs: out of the training distribution at this scale);
