@@ -81,6 +81,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "acot_vs_cot.json"))
     p.add_argument("--step-time-repeats", type=int, default=10)
     p.add_argument("--skip-step-time", action="store_true")
+    p.add_argument("--machine-note", default=None, help="what else ran on the machine (recorded in the JSON)")
     return p.parse_args(argv)
 
 
@@ -150,8 +151,16 @@ def aggregate(per_seed: list[dict[str, Any]], budget: dict[str, Any]) -> dict[st
         "seeds": [r["seed"] for r in per_seed],
         "per_seed": [{k: v for k, v in r.items() if not k.startswith("_")} for r in per_seed],
         "n_test": len(ids),
+        **answered(per_seed, len(ids)),
         "budget": budget,
     }
+
+
+def answered(per_seed: list[dict[str, Any]], n_test: int) -> dict[str, Any]:
+    """Mean ungradable answers per seed, and accuracy among the answers that name an option."""
+    among = [r["accuracy"] * n_test / (n_test - r["no_answer"]) for r in per_seed if n_test > r["no_answer"]]
+    return {"no_answer_mean": statistics.mean(r["no_answer"] for r in per_seed),
+            "accuracy_among_answered": statistics.mean(among) if among else None}
 
 
 def step_time(args) -> dict[str, Any]:
@@ -252,6 +261,11 @@ def notes(results: dict[str, Any]) -> list[str]:
         steps = [r["steps"] for v in methods.values() for r in v["per_seed"]]
         lo = best["accuracy_ci95"][0]
         if lo <= 0.5:
+            if task == "prosqa" and all(m in methods for m in ("acot", "cot", "pause")):
+                out.append(
+                    "prosqa: the goal flags compare accuracies at or below chance and are not evidence for or against "
+                    "ACoT; see accuracy_among_answered (near 0.5 means a coin flip between the two options)."
+                )
             out.append(
                 f"{task}: no method is clearly above chance (best {best_name} {best['accuracy']:.3f}, 95% CI from "
                 f"{lo:.3f}; two options, a random pick scores 0.5) after {_budget_text(budget, steps)}. This is a "
@@ -346,6 +360,8 @@ def _write(out: Path, results: dict[str, Any], args, t_start: float) -> None:
         merged["notes"] = notes(merged)
         merged["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                              "cpus": os.cpu_count(), "torch_threads": args.threads}
+        if args.machine_note:
+            merged["machine"]["note"] = args.machine_note
         merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         command = "python benchmarks/acot_vs_cot.py " + " ".join(sys.argv[1:])
         commands = merged.setdefault("commands", {})
