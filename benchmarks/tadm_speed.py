@@ -63,7 +63,6 @@ import argparse
 import datetime as dt
 import json
 import logging
-import math
 import os
 import platform
 import sys
