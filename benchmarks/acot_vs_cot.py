@@ -134,7 +134,9 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
 
 
 def _backbone(args) -> str | None:
-    return None if str(args.backbone).lower() in ("none", "scratch", "") else args.backbone
+    from anchored_reasoning.commands.demo import parse_backbone
+
+    return parse_backbone(args.backbone)
 
 
 def aggregate(per_seed: list[dict[str, Any]], budget: dict[str, Any]) -> dict[str, Any]:

@@ -59,3 +59,10 @@ def test_method_recipe_fine_tunes_the_backbone_or_trains_from_scratch(tmp_path):
     assert off["model"] == {"preset": "gpt2-tiny", "tokenizer": str(tmp_path / "tok")}
     with pytest.raises(ValueError):
         demo.method_recipe("acot", demo.DemoSettings(backbone=None), None, tmp_path / "c", 10.0)
+
+
+def test_parse_backbone_turns_none_words_into_from_scratch():
+    assert demo.parse_backbone("logic-gpt2") == "logic-gpt2"
+    assert demo.parse_backbone("runs/bb") == "runs/bb"
+    for word in ("none", "None", "scratch", "", None):
+        assert demo.parse_backbone(word) is None

@@ -93,6 +93,11 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
+def parse_backbone(value: str | None) -> str | None:
+    """``--backbone`` as typed -> the model to fine-tune, or None for from scratch ('none', 'scratch', '')."""
+    return None if value is None or str(value).lower() in ("none", "scratch", "") else str(value)
+
+
 def main(args: argparse.Namespace) -> int:
     settings = DemoSettings(
         methods=[m.strip() for m in args.methods.split(",") if m.strip()],
@@ -102,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
         eval_n=args.eval_n,
         real_n=args.real_n,
         threads=args.threads,
-        backbone=None if str(args.backbone).lower() in ("none", "scratch", "") else args.backbone,
+        backbone=parse_backbone(args.backbone),
     )
     summary = run_demo(settings, Path(args.out))
     print(render_table(summary))

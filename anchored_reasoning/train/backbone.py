@@ -36,8 +36,6 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-log = logging.getLogger(__name__)
-
 #: The shipped backbone's architecture (4 layers: depth matters for latent multi-hop search,
 #: width 128 keeps a training step cheap on a CPU).
 BACKBONE_CONFIG = {"n_layer": 4, "n_embd": 128, "n_head": 4, "n_positions": 512,
@@ -86,9 +84,8 @@ def build_tokenizer(texts: Sequence[str], out_dir: Path, vocab_size: int = 512):
     from anchored_reasoning.methods.anchored import add_special_tokens
     from anchored_reasoning.testing import train_tiny_tokenizer
 
-    tok = train_tiny_tokenizer(out_dir, texts=texts, vocab_size=vocab_size)
+    tok = train_tiny_tokenizer(out_dir, texts=texts, vocab_size=vocab_size)  # left padding already
     add_special_tokens(tok)
-    tok.padding_side = "left"
     return tok
 
 
@@ -183,9 +180,6 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
         previous = json.loads(prev_file.read_text()) if prev_file.is_file() else None
     else:
         tokenizer = build_tokenizer([d for _, d in corpus[:20_000]], out / "_tokenizer")
-    enc = [encode(tokenizer, d) for _, d in corpus]
-    too_long = sum(len(e) > BACKBONE_CONFIG["n_positions"] for e, _ in enc)
-    enc = [e for e in enc if len(e[0]) <= BACKBONE_CONFIG["n_positions"]]
     cfg = {**BACKBONE_CONFIG, **(config or {})}
     if init_from:
         model = AutoModelForCausalLM.from_pretrained(init_from)
@@ -194,6 +188,10 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
         model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                                            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                                            **cfg))
+    # documents longer than the model's positions (its own, also for a continued or overridden config)
+    enc = [encode(tokenizer, d) for _, d in corpus]
+    too_long = sum(len(ids) > cfg["n_positions"] for ids, _ in enc)
+    enc = [e for e in enc if len(e[0]) <= cfg["n_positions"]]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     budget = minutes * 60.0
     held_by_task = {t: [d for tt, d in held if tt == t] for t in ("prosqa", "prontoqa")}
