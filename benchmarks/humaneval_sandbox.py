@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from anchored_reasoning.eval.code_exec import DEFAULT_CONFIG, grade_humaneval_batch, load_humaneval_jsonl
-from anchored_reasoning.eval.sandbox import sandbox_info
+from anchored_reasoning.sandbox import sandbox_info
+from anchored_reasoning.tasks.code_exec import DEFAULT_CONFIG, grade_humaneval_batch, load_humaneval_jsonl
 
 RESULTS = Path(__file__).resolve().parent / "results" / "humaneval_sandbox.json"
 _EXEC_LINE = re.compile(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", re.M)

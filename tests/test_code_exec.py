@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.eval.code_exec import (
+from anchored_reasoning.tasks.code_exec import (
     build_program,
     candidate_code,
     grade_humaneval,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.eval import sandbox
-from anchored_reasoning.eval.sandbox import ExecResult, SandboxConfig, detect_layer, run_program, run_programs
+from anchored_reasoning import sandbox
+from anchored_reasoning.sandbox import ExecResult, SandboxConfig, detect_layer, layers, run_program, run_programs
 
 LAYER = detect_layer("auto")
 NAMESPACED = LAYER in ("bwrap", "unshare")
@@ -26,7 +26,7 @@ PY = sys.executable
 
 
 def _layer_or_skip(layer: str) -> str:
-    ok, why = sandbox._layer_available(layer, os.path.abspath(PY))
+    ok, why = layers.layer_available(layer, os.path.abspath(PY))
     if not ok:
         pytest.skip(f"sandbox layer {layer!r} unavailable on this machine: {why}")
     return layer
@@ -200,7 +200,7 @@ def test_file_size_limit(work_root):
     assert r.status in ("failed", "killed")
 
 
-@pytest.mark.skipif(os.geteuid() == 0 and not NAMESPACED and not sandbox._will_drop(
+@pytest.mark.skipif(os.geteuid() == 0 and not NAMESPACED and not layers.will_drop(
     SandboxConfig(), LAYER, os.path.abspath(PY)), reason="plain layer running as root: RLIMIT_NPROC is not enforced for root")
 def test_fork_bomb_is_bounded_and_cleaned_up(work_root):
     src = ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
@@ -212,7 +212,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(work_root):
 # --------------------------------------------------------------------------- escaping the sandbox
 
 needs_isolation = pytest.mark.skipif(
-    not NAMESPACED and (os.geteuid() == 0 and not sandbox._will_drop(SandboxConfig(), LAYER, os.path.abspath(PY))),
+    not NAMESPACED and (os.geteuid() == 0 and not layers.will_drop(SandboxConfig(), LAYER, os.path.abspath(PY))),
     reason=f"layer {LAYER!r} runs programs as root here, which can write anywhere (documented in docs/sandbox.md)",
 )
 
@@ -445,7 +445,7 @@ def test_core_guarantees_on_each_layer(layer, work_root):
 
 
 def test_unavailable_explicit_layer_is_a_config_error(monkeypatch):
-    monkeypatch.setattr(sandbox, "_layer_available", lambda layer, python: (False, "not installed (test)"))
+    monkeypatch.setattr(layers, "layer_available", lambda layer, python: (False, "not installed (test)"))
     with pytest.raises(ConfigError, match="not usable"):
         detect_layer("bwrap")
 

@@ -12,7 +12,7 @@ Registered in ``GRADERS`` and referenced by name from a task YAML (``grader:``),
 * ``exact``: the extracted string equals the gold (``gold_field`` in ``example.meta``, or
   ``example.answer``), optionally case-insensitive. Letters, True/False, concepts.
 * ``humaneval``: execution in the sandbox, delegated to
-  ``anchored_reasoning.eval.code_exec.grade_humaneval`` (imported when first used).
+  ``anchored_reasoning.tasks.code_exec.grade_humaneval`` (imported when first used).
 
 No answer -> ``Grade(correct=False, extracted=None)``. A comparison that runs out of time ->
 ``Grade(correct=False, ..., details={"error": "timeout"})``. An unparseable gold answer
@@ -120,10 +120,10 @@ def grade_exact(
 
 def _code_exec():
     try:
-        from anchored_reasoning.eval import code_exec
+        from anchored_reasoning.tasks import code_exec
     except ImportError as exc:
         raise ImportError(
-            "HumanEval grading runs programs in the sandbox module anchored_reasoning.eval.code_exec, "
+            "HumanEval grading runs programs in the sandbox through anchored_reasoning.tasks.code_exec, "
             f"which could not be imported ({exc})"
         ) from exc
     return code_exec

@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.eval.sandbox import ExecResult, SandboxConfig, run_programs
+from anchored_reasoning.sandbox import ExecResult, SandboxConfig, run_programs
 from anchored_reasoning.types import Example, Grade
 
 logger = logging.getLogger(__name__)
