@@ -133,7 +133,7 @@ def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
 
     from anchored_reasoning.methods.anchored import add_special_tokens
     from anchored_reasoning.objectives import perplexity_bound
-    from anchored_reasoning.testing import train_tiny_tokenizer
+    from anchored_reasoning.tokenization import train_tiny_tokenizer
     from anchored_reasoning.train.diffusion import data_path
     from anchored_reasoning.train.diffusion_data import pack_token_blocks, packed_rows, read_text_documents, tokenize_documents
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer

@@ -41,6 +41,7 @@ import time
 from typing import Any
 
 from anchored_reasoning.backends import cut_at_stop, left_pad
+from anchored_reasoning.checkpoints import read_checkpoint_meta
 from anchored_reasoning.errors import BackendError, ConfigError, DataError
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
 
@@ -145,9 +146,7 @@ class DiffusionBackend:
         self.mask_token_id, self.max_length = model_info(self.model)
         self.strip_ids = {i for i in (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, self.mask_token_id) if i is not None}
         if self.gen_length is None and self.model_path is not None:
-            from anchored_reasoning.eval.runner import checkpoint_meta
-
-            trained = (checkpoint_meta(self.model_path) or {}).get("gen_length")
+            trained = (read_checkpoint_meta(self.model_path) or {}).get("gen_length")
             if trained:  # the fixed response window the checkpoint was fine-tuned to fill
                 self.gen_length = int(trained)
         self._revision = None

@@ -16,26 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.options import parse_key_values
 
 log = logging.getLogger(__name__)
-
-
-def parse_key_values(items: list[str] | None, flag: str) -> dict[str, Any]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed as YAML scalars)."""
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise ConfigError(f"{flag} {item!r}: expected key=value")
-        try:
-            out[key] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            out[key] = value
-    return out
 
 
 def build_backend(args: argparse.Namespace):

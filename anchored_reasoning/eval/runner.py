@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
+from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
 from anchored_reasoning.errors import ConfigError, ResumeError
 from anchored_reasoning.eval.report import render_markdown, summarize
 from anchored_reasoning.types import Example, Grade, SamplingSpec
@@ -42,7 +43,6 @@ RECORDS = "records.jsonl"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 CONFIG = "config.json"
-CHECKPOINT_META = "anchored_reasoning.json"
 #: Backend description keys that may change between sessions of one run.
 VOLATILE_BACKEND_KEYS = {"batch_size", "device", "max_concurrency", "concurrency", "workers", "timeout", "api_key_env"}
 
@@ -50,29 +50,13 @@ VOLATILE_BACKEND_KEYS = {"batch_size", "device", "max_concurrency", "concurrency
 # ---------------------------------------------------------------------------------------------
 # methods from checkpoints
 
-def checkpoint_meta(model_path: str | os.PathLike | None) -> dict[str, Any] | None:
-    """The ``anchored_reasoning.json`` of a checkpoint directory written by our trainer, or None."""
-    if not model_path:
-        return None
-    path = Path(model_path) / CHECKPOINT_META
-    if not path.is_file():
-        return None
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); rewrite it or remove it") from exc
-    if not isinstance(meta, dict) or not isinstance(meta.get("method"), str):
-        raise ConfigError(f"{path} must be a JSON object with a string 'method' key")
-    return meta
-
-
 def build_method(name: str | None, model_path: str | os.PathLike | None = None, **options: Any):
     """The method to evaluate with. A checkpoint trained by our trainer (``anchored_reasoning.json``
     in ``model_path``) gets its trained-style method and options; ``name``, when given, must then
     agree with it. Otherwise ``name`` is looked up in the method registry (instruct style)."""
     from anchored_reasoning.methods import get_method
 
-    meta = checkpoint_meta(model_path)
+    meta = read_checkpoint_meta(model_path)
     if meta is not None and meta.get("style", "trained") == "trained":
         trained = meta["method"]
         if name and name not in (trained, f"trained:{trained}"):

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.options import parse_key_values
 from anchored_reasoning.resources import search_dirs
 
 logger = logging.getLogger(__name__)
@@ -157,8 +158,6 @@ def _cli(args: argparse.Namespace | None, name: str) -> Any:
 
 def plan(suite: Suite, args: argparse.Namespace | None = None) -> tuple[dict[str, Any], list[SuiteRun]]:
     """The backend spec and the runs after command-line overrides and filters."""
-    from anchored_reasoning.commands.eval import parse_key_values
-
     model = _cli(args, "model") or suite.model
     if not model:
         raise ConfigError(f"{suite.path}: no model; set 'model:' in the suite or pass --model")

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
 from anchored_reasoning.types import Example
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_META = "anchored_reasoning.json"
 
 #: From-scratch GPT-2-class configurations. ``gpt2-124m`` is GPT-2 small's shape (the paper's backbone
 #: size, here randomly initialised); the smaller ones are what a CPU can train in minutes.
@@ -98,7 +98,7 @@ def training_texts(examples: Sequence[Example], method: Any, task: Any) -> list[
 
 def build_tokenizer_from_texts(texts: Sequence[str], out_dir: Path, vocab_size: int):
     """A byte-level BPE trained on ``texts`` (the fast path for from-scratch models offline)."""
-    from anchored_reasoning.testing import train_tiny_tokenizer
+    from anchored_reasoning.tokenization import train_tiny_tokenizer
 
     tok = train_tiny_tokenizer(out_dir, texts=texts, vocab_size=vocab_size)
     tok.padding_side = "left"

@@ -82,7 +82,7 @@ def logic_corpus(n_docs: int, seed: int = 0) -> list[tuple[str, str]]:
 
 def build_tokenizer(texts: Sequence[str], out_dir: Path, vocab_size: int = 512):
     from anchored_reasoning.methods.anchored import add_special_tokens
-    from anchored_reasoning.testing import train_tiny_tokenizer
+    from anchored_reasoning.tokenization import train_tiny_tokenizer
 
     tok = train_tiny_tokenizer(out_dir, texts=texts, vocab_size=vocab_size)  # left padding already
     add_special_tokens(tok)

@@ -53,12 +53,12 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_META = "anchored_reasoning.json"
 ARCHS = ("mdlm", "adlm")
 
 _DATA_SPEC = recipes_mod.AR_SCHEMA["data"]["train"]  # {generator, split, n, limit, seed, params, data_dir}
@@ -141,7 +141,7 @@ def build_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], out_dir:
     if spec in (None, "train"):
         if not texts:
             raise ConfigError("model.tokenizer: train needs training text")
-        from anchored_reasoning.testing import train_tiny_tokenizer
+        from anchored_reasoning.tokenization import train_tiny_tokenizer
 
         tok = train_tiny_tokenizer(out_dir, texts=texts, vocab_size=int(model_cfg.get("tokenizer_vocab_size", 1024)))
     else:
@@ -391,7 +391,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         "encode_stats": encode_stats,
     }
     if mode == "pretrain" and data.get("valid_text_file"):
-        from anchored_reasoning.commands.ppl import evaluate_text_file
+        from anchored_reasoning.train.perplexity import evaluate_text_file
 
         bound = evaluate_text_file(trainer.accelerator.unwrap_model(trainer.model), tokenizer,
                                    data_path(data["valid_text_file"]), seq_len=int(encode_stats["seq_len"]),
