@@ -3,6 +3,8 @@
 Run: pytest tests/test_sandbox.py   (about 20 s on 2 cores)
 The full suite runs on the strongest layer this machine offers ("auto"); a core subset runs on
 every layer that is available here (bwrap, unshare, plain), each skipped with its reason otherwise.
+Over 400 lines but kept whole: it is one list of hostile programs, all checked by the same runner and
+/proc scan for leftover processes (`run`, `_assert_nothing_left`) defined at its top.
 """
 from __future__ import annotations
 

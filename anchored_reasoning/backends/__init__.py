@@ -82,3 +82,21 @@ def left_pad(ids: list[list[int]], pad_id: int):
             input_ids[r, width - len(x) :] = torch.tensor(x, dtype=torch.long)
             mask[r, width - len(x) :] = 1
     return input_ids, mask
+
+
+def per_prompt_samples(results: dict[tuple[int, int], Completion], n_prompts: int, n: int, *,
+                       shared: bool) -> list[list[Completion]]:
+    """Results keyed by ``(prompt index, sample index)`` as one list of ``n`` samples per prompt.
+
+    ``shared``: only sample 0 of each prompt was generated (a deterministic decode stands for all
+    ``n``); it is repeated ``n`` times, each copy carrying ``1/n`` of its seconds so totals stay true.
+    """
+    out: list[list[Completion]] = []
+    for pi in range(n_prompts):
+        if shared:
+            c = results[(pi, 0)]
+            share = c.seconds / n
+            out.append([Completion(c.text, c.n_tokens, share, c.finish_reason) for _ in range(n)])
+        else:
+            out.append([results[(pi, si)] for si in range(n)])
+    return out

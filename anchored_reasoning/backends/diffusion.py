@@ -40,7 +40,7 @@ import logging
 import time
 from typing import Any
 
-from anchored_reasoning.backends import cut_at_stop, left_pad
+from anchored_reasoning.backends import cut_at_stop, left_pad, per_prompt_samples
 from anchored_reasoning.checkpoints import read_checkpoint_meta
 from anchored_reasoning.errors import BackendError, ConfigError, DataError
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
@@ -265,15 +265,7 @@ class DiffusionBackend:
         for (pi, si), c in results.items():
             if adjusted[pi] and c.finish_reason == "length":
                 c.finish_reason = adjusted[pi]
-        out: list[list[Completion]] = []
-        for pi in range(len(prompts)):
-            if copies == 1:
-                c = results[(pi, 0)]
-                share = c.seconds / spec.n
-                out.append([Completion(c.text, c.n_tokens, share, c.finish_reason) for _ in range(spec.n)])
-            else:
-                out.append([results[(pi, si)] for si in range(spec.n)])
-        return out
+        return per_prompt_samples(results, len(prompts), spec.n, shared=copies == 1)
 
     def _generate_batch(self, ids: list[list[int]], gen_length: int, spec: SamplingSpec, seed: int,
                         stops: list[list[str]]) -> list[Completion]:
