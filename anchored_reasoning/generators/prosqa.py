@@ -77,6 +77,12 @@ class ProsQAConfig:
     min_hops: int = 3  # shortest path entity -> answer at least this long
     max_hops: int | None = None  # ... and at most this long (None: no bound)
     max_tries: int = 10_000  # graph draws per problem before giving up
+    #: Depth of the wrong option. ``"any"`` (Coconut's construction, the default: it must match
+    #: the real split) draws any exclusive leaf of the other seed; ``"match"`` draws one exactly as
+    #: far from the other seed as the answer is from the asked entity, and redraws the graph when
+    #: no such leaf exists -- it removes the depth/"direct child of an entity" shortcuts that small
+    #: graphs otherwise carry (see :mod:`anchored_reasoning.generators.shortcuts`).
+    neg_depth: str = "any"
 
     def __post_init__(self) -> None:
         if self.num_nodes < 4:
@@ -87,6 +93,23 @@ class ProsQAConfig:
             raise ConfigError(f"ProsQA generator: p_group must be in [0, 0.5], got {self.p_group}")
         if self.min_hops < 1 or (self.max_hops is not None and self.max_hops < self.min_hops):
             raise ConfigError(f"ProsQA generator: need 1 <= min_hops <= max_hops, got {self.min_hops}, {self.max_hops}")
+        if self.neg_depth not in ("any", "match"):
+            raise ConfigError(f"ProsQA generator: neg_depth must be 'any' or 'match', got {self.neg_depth!r}")
+
+
+#: Generator sizes of the depth ladder and the demo: nodes drawn per answer depth (hops), with the
+#: wrong option as deep as the answer. Each size keeps every surface rule of
+#: :mod:`anchored_reasoning.generators.shortcuts` at or below 0.55 (tests/test_shortcuts.py).
+LADDER_NODES = {1: 8, 2: 12, 3: 16, 4: 20}  # 5 hops needs ~31 nodes and ~45 ms a problem
+#: Answer depths of the demo's problems (a mixture, evaluated per depth).
+DEMO_HOPS = (1, 2, 3)
+
+
+def ladder_size(hops: int) -> dict[str, Any]:
+    """ProsQAConfig fields of ``hops``-hop ladder problems (exactly ``hops`` hops, matched depth)."""
+    if hops not in LADDER_NODES:
+        raise ConfigError(f"ProsQA ladder: no size for {hops} hops; ladder depths are {sorted(LADDER_NODES)}")
+    return {"num_nodes": LADDER_NODES[hops], "min_hops": hops, "max_hops": hops, "neg_depth": "match"}
 
 
 def _poisson(rng: random.Random, lam: float) -> int:
@@ -223,12 +246,18 @@ def generate_problem(rng: random.Random, cfg: ProsQAConfig | None = None) -> dic
         hops = best[root]
         if hops < cfg.min_hops or (cfg.max_hops is not None and hops > cfg.max_hops):
             continue
+        negs = sorted(leaves[1 - root])
+        if cfg.neg_depth == "match":
+            negs = [v for v in negs if reach[1 - root][v] == hops]
+            if not negs:
+                continue
         target = rng.choice(sorted(v for v in leaves[root] if reach[root][v] == hops))
-        neg_target = rng.choice(sorted(leaves[1 - root]))
+        neg_target = rng.choice(negs)
         break
     else:
+        extra = " with the wrong option as deep as the answer (neg_depth='match')" if cfg.neg_depth == "match" else ""
         raise ConfigError(
-            f"ProsQA generator: no graph with min_hops={cfg.min_hops} max_hops={cfg.max_hops} in "
+            f"ProsQA generator: no graph with min_hops={cfg.min_hops} max_hops={cfg.max_hops}{extra} in "
             f"{cfg.max_tries} draws of num_nodes={cfg.num_nodes}; raise num_nodes or lower min_hops"
         )
     entities = [i for i in range(n) if i not in has_parent]
