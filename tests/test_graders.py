@@ -28,42 +28,47 @@ def _ex(answer: str, **kw) -> Example:
 # ----------------------------------------------------------------------------- GSM8K
 
 GSM8K_ROWS = [
-    # gold, completion, strict, flexible
-    ("18", "She makes 9 * 2 = $18.\n#### 18", True, True),
-    ("18", "#### 18.", True, True),
-    ("18", "#### $18", True, True),
-    ("18", "#### 18.00", True, True),
-    ("1000", "#### 1,000", True, True),
-    ("1000", "The answer is $1,000.", True, True),
-    ("1000", "The final answer is 1000", True, True),
-    ("1000", "Answer: 1000", True, True),
-    ("-3", "#### -3", True, True),
-    ("18", "so the total is \\boxed{18}.", True, True),
-    ("18", "\\boxed{\\$18}", True, True),
-    ("18", "#### 17\nWait, that is wrong. #### 18", True, True),  # last marker wins
-    ("18", "#### 18\nThe answer is 17", False, False),
-    ("18", "She has 18 eggs left over, 3 more than yesterday.", False, False),  # flexible = last number = 3
-    ("18", "3 eggs + 15 eggs = 18 eggs", False, True),  # no marker: strict fails, flexible passes
-    ("18", "The answer is eighteen.", False, False),
-    ("18", "", False, False),
-    ("18", "I don't know.", False, False),
-    ("18", "#### 81", False, False),
-    ("0.5", "#### 0.50", True, True),
-    ("2125", "It costs $2,125 in total.\n#### 2,125", True, True),
-    ("7", "#### 7\n\n\nQuestion: next one has 12 apples", True, False),
-    ("5", "step 1: 2+3=5\n#### 5 apples", True, True),
+    # gold, completion, headline (correct), strict, flexible
+    ("18", "She makes 9 * 2 = $18.\n#### 18", True, True, True),
+    ("18", "#### 18.", True, True, True),
+    ("18", "#### $18", True, True, True),
+    ("18", "#### 18.00", True, True, True),
+    ("1000", "#### 1,000", True, True, True),
+    ("1000", "The answer is $1,000.", True, True, True),
+    ("1000", "The final answer is 1000", True, True, True),
+    ("1000", "Answer: 1000", True, True, True),
+    ("-3", "#### -3", True, True, True),
+    ("18", "so the total is \\boxed{18}.", True, True, True),
+    ("18", "\\boxed{\\$18}", True, True, True),
+    ("18", "#### 17\nWait, that is wrong. #### 18", True, True, True),  # last marker wins
+    ("18", "#### 18\nThe answer is 17", False, False, False),
+    # no marker: the headline takes the stated result, flexible the last number (3)
+    ("18", "She has 18 eggs left over, 3 more than yesterday.", True, False, False),
+    ("18", "3 eggs + 15 eggs = 18 eggs", True, False, True),  # no marker: strict fails
+    ("18", "The answer is eighteen.", False, False, False),
+    ("18", "", False, False, False),
+    ("18", "I don't know.", False, False, False),
+    ("18", "#### 81", False, False, False),
+    ("0.5", "#### 0.50", True, True, True),
+    ("2125", "It costs $2,125 in total.\n#### 2,125", True, True, True),
+    ("7", "#### 7\n\n\nQuestion: next one has 12 apples", True, True, False),
+    ("5", "step 1: 2+3=5\n#### 5 apples", True, True, True),
+    # the answer sentence holds an expression: its value, not the first operand
+    ("800", "The answer is 20 * $40 = $800.", True, True, True),
+    ("20", "The final answer is 20 candles * $2.00 = $40.", False, False, False),
 ]
 
 
-@pytest.mark.parametrize("gold,completion,strict,flexible", GSM8K_ROWS)
-def test_gsm8k_grader(gold, completion, strict, flexible):
+@pytest.mark.parametrize("gold,completion,headline,strict,flexible", GSM8K_ROWS)
+def test_gsm8k_grader(gold, completion, headline, strict, flexible):
     task = get_task("gsm8k")
     grade = task.grade(completion, _ex(gold))
+    assert grade.correct is headline
     assert grade.details["strict"] is strict
     assert grade.details["flexible"] is flexible
-    assert grade.correct is strict
-    if gsm8k_strict(completion) is None:
-        assert grade.extracted is None
+    assert grade.details["strict_extracted"] == gsm8k_strict(completion)
+    if grade.details["answer_rule"] == "none":
+        assert grade.extracted is None and not headline
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ from typing import Any, Sequence
 from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
 from anchored_reasoning.errors import ConfigError, ResumeError
 from anchored_reasoning.eval.report import render_markdown, summarize
+from anchored_reasoning.tasks.graders import accepts_keyword
 from anchored_reasoning.types import Example, Grade, SamplingSpec
 
 log = logging.getLogger(__name__)
@@ -195,21 +196,29 @@ def check_resume(out_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None
 # ---------------------------------------------------------------------------------------------
 # the run
 
-def _grade_all(task: Any, texts: list[str], examples: list[Example]) -> list[Grade]:
+def _grade_all(
+    task: Any, texts: list[str], examples: list[Example], finish_reasons: list[str | None] | None = None
+) -> list[Grade]:
     """Grade with ``task.grade_batch`` (or ``task.grade``); an exception becomes a graded-wrong
-    result carrying the error, never a crash."""
+    result carrying the error, never a crash. ``finish_reasons`` reach a task whose grading
+    takes them (GSM8K gives no credit for the number a token-capped loop ends on)."""
+    reasons = list(finish_reasons) if finish_reasons is not None else [None] * len(texts)
     if hasattr(task, "grade_batch"):
         try:
-            grades = list(task.grade_batch(texts, examples))
+            if finish_reasons is not None and accepts_keyword(task.grade_batch, "finish_reasons"):
+                grades = list(task.grade_batch(texts, examples, finish_reasons=reasons))
+            else:
+                grades = list(task.grade_batch(texts, examples))
             if len(grades) == len(texts):
                 return grades
             log.warning("grade_batch returned %d grades for %d completions; grading one by one", len(grades), len(texts))
         except Exception as exc:  # noqa: BLE001 - grading must never crash the run
             log.warning("grade_batch failed (%s: %s); grading one by one", type(exc).__name__, exc)
     out = []
-    for text, ex in zip(texts, examples):
+    with_reason = finish_reasons is not None and accepts_keyword(task.grade, "finish_reason")
+    for text, ex, reason in zip(texts, examples, reasons):
         try:
-            out.append(task.grade(text, ex))
+            out.append(task.grade(text, ex, finish_reason=reason) if with_reason else task.grade(text, ex))
         except Exception as exc:  # noqa: BLE001
             log.warning("grading %s failed: %s: %s", ex.id, type(exc).__name__, exc)
             out.append(Grade(False, None, {"grading_error": f"{type(exc).__name__}: {exc}"}))
@@ -338,7 +347,7 @@ def run_eval(
                             flat_ex.append(ex)
                             flat_text.append(comp.text)
                             flat_meta.append((ex, prompt, si, comp))
-                grades = _grade_all(task, flat_text, flat_ex)
+                grades = _grade_all(task, flat_text, flat_ex, [m[3].finish_reason for m in flat_meta])
                 new = []
                 for (ex, prompt, si, comp), grade in zip(flat_meta, grades):
                     new.append({

@@ -29,7 +29,7 @@ from anchored_reasoning.resources import data_dir as resolve_data_dir
 from anchored_reasoning.resources import search_dirs
 from anchored_reasoning.tasks import loaders
 from anchored_reasoning.tasks.extract import EXTRACTORS, Extractor
-from anchored_reasoning.tasks.graders import BATCH_GRADERS, GRADERS
+from anchored_reasoning.tasks.graders import BATCH_GRADERS, GRADERS, accepts_keyword
 from anchored_reasoning.types import Example, Grade
 
 logger = logging.getLogger(__name__)
@@ -173,21 +173,30 @@ class Task:
     def extract(self, completion: str, example: Example) -> str | None:
         return self._extractor()(completion, example)
 
-    def grade(self, completion: str, example: Example) -> Grade:
-        """Grade one completion. No answer -> ``Grade(False, None)``; timeouts -> graded wrong."""
+    def grade(self, completion: str, example: Example, finish_reason: str | None = None) -> Grade:
+        """Grade one completion. No answer -> ``Grade(False, None)``; timeouts -> graded wrong.
+        ``finish_reason`` (``"length"``: cut by the token cap) reaches graders that take it (GSM8K)."""
         if not isinstance(completion, str):
             raise TypeError(f"completion must be a str, got {type(completion).__name__}")
         grader = loaders.resolve_hook(self.grader, GRADERS, "grader")
-        return grader(completion, example, self._extractor(), **self._grader_options())
+        options = self._grader_options()
+        if finish_reason is not None and accepts_keyword(grader, "finish_reason"):
+            options["finish_reason"] = finish_reason
+        return grader(completion, example, self._extractor(), **options)
 
-    def grade_batch(self, completions: list[str], examples: list[Example]) -> list[Grade]:
+    def grade_batch(
+        self, completions: list[str], examples: list[Example], finish_reasons: list[str | None] | None = None
+    ) -> list[Grade]:
         """Grade many (parallel for code tasks: programs run in sandbox workers)."""
         if len(completions) != len(examples):
             raise ValueError(f"{len(completions)} completions for {len(examples)} examples")
+        reasons = list(finish_reasons) if finish_reasons is not None else [None] * len(completions)
+        if len(reasons) != len(completions):
+            raise ValueError(f"{len(reasons)} finish reasons for {len(completions)} completions")
         batch = BATCH_GRADERS.get(self.grader)
         if batch is not None:
             return batch(completions, examples, **self._grader_options())
-        return [self.grade(c, e) for c, e in zip(completions, examples)]
+        return [self.grade(c, e, r) for c, e, r in zip(completions, examples, reasons)]
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary (for listings and run configs)."""

@@ -3,9 +3,17 @@
 Each extractor is a pure function ``(completion, example) -> str | None`` registered in
 ``EXTRACTORS`` and referenced by name from a task YAML (``extractor:``). The rules:
 
+* ``gsm8k_answer`` (the GSM8K headline, docs/tasks.md): the last final-answer marker
+  (below); without one, the result the last sentence holding a number states
+  (``So Janet makes $18 every day.`` -> 18, :func:`~anchored_reasoning.tasks.numeric.result_sentence_value`).
+  A completion cut by the token cap (``finish_reason="length"``) is graded on markers in
+  its committed prefix only (before a repetition loop, without the unfinished last
+  sentence), never on the number the cap happened to leave at its end.
 * ``gsm8k_strict``: an explicit final-answer marker, the **last** one in the text:
   ``#### N`` (GSM8K's own format, lm-eval's strict match), ``The (final) answer is N``,
-  ``Answer: N`` or ``\\boxed{N}``. Anything else -> None.
+  ``Answer: N`` or ``\\boxed{N}``. Anything else -> None. A marker followed by an
+  arithmetic chain commits to the chain's value (``The answer is 20 * $40 = $800.`` -> 800,
+  ``\\boxed{20 \\times 40}`` -> 800), never to its first operand.
 * ``last_number`` (GSM8K flexible): the last number anywhere in the text.
   Numbers may carry ``$``, thousands commas, a sign, decimals, a trailing period;
   the result is normalised (``$1,000.`` -> ``1000``).
@@ -31,21 +39,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from anchored_reasoning.tasks.numeric import (
+    NUMBER,
+    chain_value,
+    committed_prefix,
+    latex_to_plain,
+    normalize_number,
+    result_sentence_value,
+)
 from anchored_reasoning.types import Example
 
 Extractor = Callable[[str, Example], "str | None"]
 
-_NUMBER = r"-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
-_NUMBER_RE = re.compile(r"(?<![\w.])" + _NUMBER + r"(?![\d])")
-
-
-def normalize_number(text: str) -> str | None:
-    """``"$1,000."`` -> ``"1000"``, ``"-3.50"`` -> ``"-3.50"``; None if not a number."""
-    t = text.strip().rstrip(".").replace("$", "").replace(",", "").replace(" ", "")
-    t = t.replace("\\!", "")
-    if re.fullmatch(r"-?\d+(\.\d+)?", t):
-        return t
-    return None
+_NUMBER_RE = re.compile(r"(?<![\w.])" + NUMBER + r"(?![\d])")
 
 
 def boxed_spans(text: str) -> list[tuple[int, int, int]]:
@@ -91,29 +97,52 @@ def _unwrap_latex(text: str) -> str:
 
 # ----------------------------------------------------------------------------- numbers
 
-# Possessive quantifiers (*+, ++) keep these linear on long runs of spaces or asterisks.
+# Where an explicit final answer starts. Possessive quantifiers (*+, ++) keep these linear
+# on long runs of spaces or asterisks.
 _STRICT_MARKERS = [
-    re.compile(r"####[\s*]*+(" + _NUMBER + r")"),
-    re.compile(r"(?i)\banswer\s++is[\s:*]*+(" + _NUMBER + r")"),
-    re.compile(r"(?i)\banswer[ \t]*+:[\s*]*+(" + _NUMBER + r")"),
+    re.compile(r"####[\s*]*+"),
+    re.compile(r"(?i)\banswer\s++is[\s:*]*+"),
+    re.compile(r"(?i)\banswer[ \t]*+:[\s*]*+"),
 ]
 
 
-def gsm8k_strict(completion: str, example: Example | None = None) -> str | None:
+def _marker_answers(completion: str) -> list[tuple[int, str]]:
+    """``(position, value)`` of every final-answer marker followed by a number or an
+    arithmetic chain (its value: ``The answer is 20 * $40 = $800`` -> 800)."""
     candidates: list[tuple[int, str]] = []
     for pattern in _STRICT_MARKERS:
         for m in pattern.finditer(completion):
-            value = normalize_number(m.group(1))
+            value = chain_value(completion, m.end())
             if value is not None:
                 candidates.append((m.start(), value))
     for start, a, b in boxed_spans(completion):
-        if b - a <= 64:  # longer contents cannot be one number
-            value = normalize_number(_unwrap_latex(completion[a:b]).replace("\\$", ""))
+        if b - a <= 200:  # longer contents are not one answer
+            value = chain_value(latex_to_plain(_unwrap_latex(completion[a:b])))
             if value is not None:
                 candidates.append((start, value))
-    if not candidates:
-        return None
-    return max(candidates)[1]
+    return candidates
+
+
+def gsm8k_strict(completion: str, example: Example | None = None) -> str | None:
+    candidates = _marker_answers(completion)
+    return max(candidates)[1] if candidates else None
+
+
+def gsm8k_answer_rule(completion: str, finish_reason: str | None = None) -> tuple[str | None, str]:
+    """The GSM8K headline answer and the rule that gave it: ``"marker"``, ``"sentence"``,
+    ``"capped"`` (cut by the token cap: markers in the committed prefix only) or ``"none"``."""
+    if finish_reason == "length":
+        candidates = _marker_answers(committed_prefix(completion))
+        return (max(candidates)[1], "capped") if candidates else (None, "none")
+    candidates = _marker_answers(completion)
+    if candidates:
+        return max(candidates)[1], "marker"
+    value = result_sentence_value(completion)
+    return (value, "sentence") if value is not None else (None, "none")
+
+
+def gsm8k_answer(completion: str, example: Example | None = None, finish_reason: str | None = None) -> str | None:
+    return gsm8k_answer_rule(completion, finish_reason)[0]
 
 
 def last_number(completion: str, example: Example | None = None) -> str | None:
@@ -235,6 +264,7 @@ def whole_completion(completion: str, example: Example | None = None) -> str | N
 
 
 EXTRACTORS: dict[str, Extractor] = {
+    "gsm8k_answer": gsm8k_answer,
     "gsm8k_strict": gsm8k_strict,
     "last_number": last_number,
     "math_final": math_final,

@@ -4,9 +4,12 @@ Registered in ``GRADERS`` and referenced by name from a task YAML (``grader:``),
 ``grader_options`` passed as keyword arguments. ``extract`` is the task's extractor
 (see :mod:`anchored_reasoning.tasks.extract`).
 
-* ``gsm8k``: strict and flexible extraction both; each compared to the gold number with
-  math-verify. ``correct`` = strict; ``details = {"strict", "flexible",
-  "strict_extracted", "flexible_extracted"}``.
+* ``gsm8k``: the headline answer (the task's extractor, ``gsm8k_answer``: markers, else the
+  stated result, never the number a token-capped loop ends on), strict (markers only) and
+  flexible (the last number) extraction, each compared to the gold number with math-verify.
+  ``correct`` = the headline; ``details = {"strict", "flexible", "strict_extracted",
+  "flexible_extracted", "answer_rule"}``. The completion's ``finish_reason`` reaches the
+  extractor when it takes one (:func:`accepts_keyword`).
 * ``math``: the extracted answer compared with math-verify; with ``integer_range: [lo, hi]``
   (AIME: [0, 999]) the answer must also be an integer in that range.
 * ``exact``: the extracted string equals the gold (``gold_field`` in ``example.meta``, or
@@ -20,15 +23,35 @@ raises :class:`~anchored_reasoning.errors.DataError`.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 from anchored_reasoning.errors import DataError
-from anchored_reasoning.tasks.extract import Extractor, last_number, normalize_number
+from anchored_reasoning.tasks.extract import (
+    Extractor,
+    gsm8k_answer,
+    gsm8k_answer_rule,
+    gsm8k_strict,
+    last_number,
+    normalize_number,
+)
 from anchored_reasoning.tasks.mathcheck import DEFAULT_TIMEOUT, check_math
 from anchored_reasoning.types import Example, Grade
 
 Grader = Callable[..., Grade]
+
+
+def accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` takes the keyword argument ``name`` (or ``**kwargs``): context such as a
+    completion's finish reason goes only to the graders and extractors that ask for it."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is p.VAR_KEYWORD or (p.name == name and p.kind is not p.POSITIONAL_ONLY) for p in params
+    )
 
 
 def grade_gsm8k(
@@ -37,16 +60,27 @@ def grade_gsm8k(
     extract: Extractor,
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    strict_extractor: Extractor = gsm8k_strict,
     flexible_extractor: Extractor = last_number,
+    finish_reason: str | None = None,
 ) -> Grade:
     if normalize_number(example.answer) is None:
         raise DataError(f"example {example.id!r}: GSM8K gold answer {example.answer!r} is not a number")
-    strict_value = extract(completion, example)
+    rule = None
+    if extract is gsm8k_answer:
+        answer, rule = gsm8k_answer_rule(completion, finish_reason)
+    elif accepts_keyword(extract, "finish_reason"):
+        answer = extract(completion, example, finish_reason=finish_reason)
+    else:
+        answer = extract(completion, example)
+    strict_value = strict_extractor(completion, example)
     flexible_value = flexible_extractor(completion, example)
     details: dict[str, Any] = {"strict_extracted": strict_value, "flexible_extracted": flexible_value}
+    if rule is not None:
+        details["answer_rule"] = rule
     results: dict[str, bool] = {}
     cache: dict[str, bool] = {}
-    for name, value in (("strict", strict_value), ("flexible", flexible_value)):
+    for name, value in (("answer", answer), ("strict", strict_value), ("flexible", flexible_value)):
         if value is None:
             results[name] = False
             continue
@@ -56,8 +90,9 @@ def grade_gsm8k(
                 details.setdefault("error", "timeout")
             cache[value] = check.equal
         results[name] = cache[value]
+    correct = results.pop("answer")
     details.update(results)
-    return Grade(correct=results["strict"], extracted=strict_value, details=details)
+    return Grade(correct=correct, extracted=answer, details=details)
 
 
 def grade_math(
