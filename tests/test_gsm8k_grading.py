@@ -13,6 +13,7 @@ finish reason through.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -60,6 +61,8 @@ EXPRESSION_ROWS = [
     ("0.75", "The fraction left is \\(\\boxed{\\frac{3}{4}}\\).", "0.75"),
     ("1000", "\\boxed{1{,}000 \\text{ dollars}}", "1000"),
     ("72", "Natalia sold 48 + 24 = 72 clips.\n#### 72", "72"),
+    ("18", "So the answer is \\( 9 \\times 2 = 18 \\).", "18"),
+    ("18", "## Step 3: Multiply\n9 * 2 = 18\n\n**Final Answer:** $18", "18"),
     ("18", "#### $18.00", "18"),
     ("1000", "#### 1,000", "1000"),
 ]
@@ -117,6 +120,7 @@ SENTENCE_ROWS = [
     ("70000", "So the house is now worth $200,000 and he made a profit of $70,000.", "70000", "70000"),
     ("72", "Adding these gives \\( 48 + 24 = 72 \\).\n\nNatalia sold 72 clips altogether in April and May.", "72", "72"),
     ("25", "He will be 25 in 5 years.\n\nI hope this helps!", "25", "5"),
+    ("18", "\\[\n9 \\times 2 = 18\n\\]\nThus, Janet makes \\( 18 \\) dollars every day.", "18", "18"),
     ("18", "I don't know.", None, None),
 ]
 
@@ -309,3 +313,28 @@ def test_regrade_refuses_what_is_not_a_run_or_records_of_other_data(tmp_path):
         f.write(json.dumps({"id": "test-99", "sample": 0, "completion": "#### 1"}) + "\n")
     with pytest.raises(DataError, match="test-99"):
         regrade_run(run, write=False)
+
+
+def test_grade_batch_takes_one_finish_reason_per_completion():
+    task = get_task("gsm8k")
+    text = "James runs 60 * 3 = 180 meters in a week.\n#### 1"
+    grades = task.grade_batch([text, text], [_ex("1"), _ex("1")], finish_reasons=["stop", "length"])
+    assert [g.correct for g in grades] == [True, False]
+    with pytest.raises(ValueError, match="finish reasons"):
+        task.grade_batch([text], [_ex("1")], finish_reasons=[])
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "smollm2-gsm8k"
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not os.environ.get("ANCHORED_REASONING_DATA"), reason="ANCHORED_REASONING_DATA is not set")
+@pytest.mark.parametrize("run", ["gsm8k-nocot", "gsm8k-cot"])
+def test_the_committed_smollm2_run_is_graded_by_the_current_rules(run):
+    """The committed records say what the grader says today (else: regrade_run them)."""
+    result = regrade_run(COMMITTED / run, data_dir=os.environ["ANCHORED_REASONING_DATA"], write=False)
+    assert result.graded == 50
+    assert result.changes == []
+    if run == "gsm8k-cot":
+        record = next(json.loads(l) for l in (COMMITTED / run / "records.jsonl").open() if '"test-44"' in l)
+        assert record["extracted"] == "40" and record["correct"] is False

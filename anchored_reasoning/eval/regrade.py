@@ -81,7 +81,8 @@ def regrade_run(
     write: bool = True,
 ) -> Regrade:
     """Grade the records in ``run_dir`` again (``task`` defaults to the run's own, by name, with
-    its examples loaded from ``data_dir`` or the run's data folder) and, with ``write``, rewrite
+    its examples loaded from ``data_dir``, else the run's data folder when it exists here, else
+    as ``task.load`` finds them) and, with ``write``, rewrite
     the records' grade fields and the summaries. Raises :class:`ConfigError` for a folder that
     is not a run, :class:`DataError` for records of examples the task no longer has."""
     run = Path(run_dir)
@@ -92,7 +93,9 @@ def regrade_run(
     except ValueError as exc:
         raise ConfigError(f"{run / CONFIG} is not valid JSON: {exc}") from exc
     task = _resolve_task(task if task is not None else config.get("task"))
-    folder = data_dir if data_dir is not None else config.get("data_dir")
+    folder = data_dir
+    if folder is None and config.get("data_dir") and Path(config["data_dir"]).is_dir():
+        folder = config["data_dir"]  # the run's own data, when this machine has it
     examples = task.load(config.get("split", "test"), data_dir=folder, limit=config.get("limit"))
     by_id = {str(e.id): e for e in examples}
     records = load_records(run / RECORDS, repair=False)

@@ -163,11 +163,15 @@ class _Parser:
         return last
 
 
+# skipped before a chain: spaces, bold asterisks, an inline-math opener ("answer is \\( 18 \\)")
+_CHAIN_START = re.compile(r"(?:[ \t*]++|\\[(\[]\s*+)*+")
+
+
 def chain_value(text: str, pos: int = 0, end: int | None = None) -> str | None:
     """The value of the ``=`` chain starting at ``text[pos]`` (spaces and ``*`` skipped), or
     None when no number starts there. See the module docstring."""
     stop = min(len(text) if end is None else end, pos + MAX_CHAIN)
-    start = re.compile(r"[ \t*]*+").match(text, pos, stop)
+    start = _CHAIN_START.match(text, pos, stop)
     value = _Parser(text, start.end() if start else pos, stop).chain()
     return None if value is None else format_value(value)
 
