@@ -182,6 +182,9 @@ def test_the_same_text_unfinished_by_the_cap_is_graded_normally():
     assert _grade(completion, "1", finish_reason="length").correct is False
     assert _grade(completion, "1", finish_reason="stop").correct is True
     assert _grade(completion, "1", finish_reason=None).correct is True
+    # the diffusion backend's names for a window that ran out
+    assert _grade(completion, "1", finish_reason="shrunk").correct is False
+    assert _grade(completion, "1", finish_reason="truncated_prompt").correct is False
     # the flexible number credits the loop; the headline does not
     looped = "Start.\n" + _LOOP_UNIT * 3 + "Now"
     grade = _grade(looped, "48", finish_reason="length")

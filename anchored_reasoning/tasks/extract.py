@@ -128,10 +128,17 @@ def gsm8k_strict(completion: str, example: Example | None = None) -> str | None:
     return max(candidates)[1] if candidates else None
 
 
+#: Finish reasons that mean the token budget, not the model, ended a completion: "length"
+#: (every backend), and the diffusion backend's "shrunk" / "truncated_prompt" (a window cut to
+#: fit the context that still ran out).
+CAPPED_FINISH_REASONS = frozenset({"length", "shrunk", "truncated_prompt"})
+
+
 def gsm8k_answer_rule(completion: str, finish_reason: str | None = None) -> tuple[str | None, str]:
     """The GSM8K headline answer and the rule that gave it: ``"marker"``, ``"sentence"``,
-    ``"capped"`` (cut by the token cap: markers in the committed prefix only) or ``"none"``."""
-    if finish_reason == "length":
+    ``"capped"`` (cut by the token cap, see :data:`CAPPED_FINISH_REASONS`: markers in the
+    committed prefix only) or ``"none"``."""
+    if finish_reason in CAPPED_FINISH_REASONS:
         candidates = _marker_answers(committed_prefix(completion))
         return (max(candidates)[1], "capped") if candidates else (None, "none")
     candidates = _marker_answers(completion)
