@@ -302,6 +302,47 @@ def generate_rows(n: int, seed: int = 0, **size: Any) -> list[dict[str, Any]]:
     return [generate_problem(rng, cfg) for _ in range(n)]
 
 
+def hops_of(row: dict[str, Any]) -> int:
+    """Shortest entity -> answer distance of a ProsQA row (generated or published)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for a, b in row["edges"]:
+        children[a].append(b)
+    return _bfs(children, row["root"])[row["target"]]
+
+
+def swapped_row(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The binding probe: the same facts and options, asked about the *other* seed entity, so the
+    right answer flips to the other option. None when the other seed does not reach the wrong
+    option (then the swap has no right answer) -- never the case for generated rows, whose wrong
+    option is an exclusive leaf of the other seed.
+    """
+    other = 1 - row["root"] if row["root"] in (0, 1) else None
+    if other is None:
+        return None
+    children: dict[int, list[int]] = defaultdict(list)
+    for a, b in row["edges"]:
+        children[a].append(b)
+    reach_other, reach_root = _bfs(children, other), _bfs(children, row["root"])
+    neg, target = row["neg_target"], row["target"]
+    if neg not in reach_other or target in reach_other or neg in reach_root:
+        return None
+    symbols = row["idx_to_symbol"]
+    cut = row["question"].rfind(" Is ")
+    tail = row["question"][cut:]
+    prefix = f" Is {symbols[row['root']]} a "
+    if not tail.startswith(prefix):
+        return None
+    question = row["question"][:cut] + f" Is {symbols[other]} a " + tail[len(prefix):]
+    path = _shortest_paths(children, other, neg)[0]
+    entities = {i for i in range(len(symbols))} - {b for _, b in row["edges"]}
+
+    def fact(a: int, b: int) -> str:
+        return f"{symbols[a]} is a {symbols[b]}." if a in entities else f"Every {symbols[a]} is a {symbols[b]}."
+
+    return {**row, "question": question, "answer": f"{symbols[other]} is a {symbols[neg]}.",
+            "steps": [fact(a, b) for a, b in zip(path, path[1:])], "root": other, "target": neg, "neg_target": target}
+
+
 def rows_to_examples(rows: list[dict[str, Any]], split: str = "generated") -> list[Example]:
     """Examples built by the real ProsQA loader's row hook, so they look exactly like loaded ones."""
     from anchored_reasoning.tasks.loaders import RowContext, prosqa_row
