@@ -14,6 +14,7 @@ TRAINERS: dict[str, str] = {
     "ar": "anchored_reasoning.train.ar:run",  # SFT / ACoT / pause / stepwise on causal LMs
     "diffusion": "anchored_reasoning.train.diffusion:run",  # MDLM / ADLM pretraining and SFT
     "tadm": "anchored_reasoning.train.tadm:run",  # TADM: T-ANELBO pretraining, post-training of MDLM/ADLM
+    "grpo": "anchored_reasoning.train.grpo:run",  # GRPO (plain / anchored) for causal LMs, diffu-GRPO for MDLM/ADLM/TADM
 }
 
 

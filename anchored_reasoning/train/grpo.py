@@ -1,0 +1,471 @@
+"""The ``grpo`` trainer: RL from verifiable rewards with TRL's ``GRPOTrainer``, optionally anchored.
+
+    anchored-reasoning train grpo_prosqa_logic_cpu model.name=runs/prosqa_logic_cpu_acot
+    anchored-reasoning train grpo_gsm8k_smollm2 training.use_vllm=true training.vllm_mode=colocate
+
+A recipe (YAML, see ``train/grpo_*.yaml``)::
+
+    trainer: grpo
+    task: prosqa                      # default: the checkpoint's task (anchored_reasoning.json)
+    model: {name: runs/prosqa-acot}   # a checkpoint trained here, an instruct model (path / Hub id / alias)
+    method: {name: cot}               # instruct models only (nocot | cot); checkpoints use their own format
+    data:  {train: {generator: prosqa, n: 2000}, valid: {split: valid, limit: 100}}
+    rewards: {correctness: 1.0, format: 0.1, anchor_coverage: 0.0}   # train/rewards.py; weight 0 = off
+    training: {max_steps: 50, num_generations: 8, max_completion_length: 128, gamma: 1.0}  # AnchoredGRPOConfig
+
+**Which format.** A checkpoint written by our trainers carries ``anchored_reasoning.json``: its method and
+options are read from it and every prompt is rendered by that method's own render code (an ACoT
+checkpoint keeps its ``[BoA] [ANT]... [EoA]`` slots in the prompt). Any other model is prompted like the
+evals prompt it (the task's instruct template, as chat turns when the tokenizer has a chat template).
+A diffusion checkpoint (``"backend": "diffusion"``) is trained by :mod:`.diffusion_grpo` instead.
+
+**Anchored GRPO.** With ``gamma > 0`` and prompts holding ``[ANT]`` slots, the loss is TRL's GRPO loss
+plus ``gamma x`` the cross-entropy of each slot's hidden state against its gold anchor (the labels the
+SFT collator builds, :func:`anchored_reasoning.train.collate.tokenize_rendered`). Both terms come out of
+the same fused-head forward pass, so the anchor term costs almost nothing (``benchmarks/grpo.py``). The
+anchor cross-entropy is taken at the policy temperature (``training.temperature``; 1.0 = plain CE).
+
+Pinned to trl 1.16: ``_get_per_token_logps_and_entropies`` is a TRL internal; tests/test_grpo.py fails
+when TRL's loop stops calling either override. Checkpoints and resume are the transformers Trainer's
+own (``training.save_strategy: steps``, ``training.resume_from_checkpoint: true`` = the last one).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from anchored_reasoning.checkpoints import CHECKPOINT_META
+from anchored_reasoning.errors import ConfigError, DataError
+from anchored_reasoning.train import recipes as recipes_mod
+from anchored_reasoning.train.acot_trainer import _accelerator_available
+from anchored_reasoning.train.collate import IGNORE
+from anchored_reasoning.types import Example
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AnchoredGRPOConfig(GRPOConfig):
+    """GRPOConfig (every TRL loss type and default) plus the anchor term; defaults fit a CPU."""
+
+    gamma: float = field(default=1.0, metadata={"help": "weight of the anchor cross-entropy at [ANT] slots (0 = plain GRPO)"})
+    ant_token: str = field(default="[ANT]", metadata={"help": "the anchor slot token"})
+    max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this many seconds"})
+    report_to: str | list[str] | None = "none"
+    bf16: bool | None = False
+    save_strategy: str = "no"
+    logging_steps: float = 1
+    remove_unused_columns: bool | None = False
+
+    def __post_init__(self):
+        if not self.use_cpu and not _accelerator_available():
+            self.use_cpu = True  # see AnchoredSFTConfig: a CPU multi-process launch then forms a gloo group
+        super().__post_init__()
+        if self.gamma < 0:
+            raise ConfigError(f"training.gamma must be >= 0, got {self.gamma}")
+
+
+class AnchorTable:
+    """Anchor labels of every training prompt, keyed by its token ids (TRL tokenizes prompts itself, with
+    the same ``tokenizer(text)`` call as the SFT collator, so the ids match)."""
+
+    def __init__(self, tokenizer, ant_token: str = "[ANT]"):
+        self.tokenizer = tokenizer
+        self.ant_id = tokenizer.get_vocab().get(ant_token)
+        self._labels: dict[tuple[int, ...], list[int]] = {}
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def add(self, prompt: str, anchors: Sequence[str], where: str = "") -> None:
+        from anchored_reasoning.methods import Rendered
+        from anchored_reasoning.train.collate import tokenize_rendered
+
+        if self.ant_id is None or not anchors:
+            return
+        item = tokenize_rendered(Rendered(prompt, "", list(anchors)), self.tokenizer, ant_id=self.ant_id,
+                                 add_eos=False, where=where)
+        if item.n_anchor_labels:
+            self._labels[tuple(item.input_ids)] = item.anchor_labels
+
+    def labels_for(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, width: int) -> torch.Tensor | None:
+        """(B, width) anchor labels for left-padded prompts followed by completions; None when no row has any."""
+        out = torch.full((prompt_ids.size(0), width), IGNORE, dtype=torch.long, device=prompt_ids.device)
+        plen, found = prompt_ids.size(1), False
+        for row in range(prompt_ids.size(0)):
+            ids = prompt_ids[row][prompt_mask[row].bool()].tolist()
+            labels = self._labels.get(tuple(ids))
+            if labels is None:
+                self.misses += 1
+                continue
+            out[row, plen - len(ids):plen] = torch.tensor(labels, dtype=torch.long)
+            found = True
+        return out if found else None
+
+
+class AnchoredGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose loss adds ``gamma x`` the anchor cross-entropy at the prompt's [ANT] slots.
+
+    ``compute_loss`` looks up the batch's anchor labels and adds the term; the per-token log-probabilities
+    and the anchor log-probabilities come from ONE fused-head forward (the override of
+    ``_get_per_token_logps_and_entropies`` scores the anchor at each slot in the same pass). Without an
+    anchor table, with ``gamma = 0`` or for a batch without slots it is exactly TRL's GRPO step.
+    """
+
+    _tag_names = ["trl", "grpo", "anchored-cot"]
+
+    def __init__(self, *args, anchor_table: AnchorTable | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.anchor_table = anchor_table
+        self.compute_loss_calls = 0
+        self.anchored_forward_calls = 0
+        self._pending_anchor_labels: torch.Tensor | None = None
+        self._anchor_terms: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def gamma(self) -> float:
+        return float(getattr(self.args, "gamma", 0.0))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.compute_loss_calls += 1
+        labels = None
+        if self.anchor_table is not None and self.gamma > 0:
+            width = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
+            labels = self.anchor_table.labels_for(inputs["prompt_ids"], inputs["prompt_mask"], width)
+        self._pending_anchor_labels, self._anchor_terms = labels, None
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._pending_anchor_labels = None
+        if self._anchor_terms is None:
+            return loss
+        anchor_sum, n_anchor = self._anchor_terms
+        self._anchor_terms = None
+        mode = "train" if self.model.training else "eval"
+        anchor_loss = anchor_sum / n_anchor.clamp(min=1)
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # as TRL's grpo loss
+        with torch.no_grad():
+            stats = self.accelerator.gather(torch.stack([anchor_sum.detach(), n_anchor.to(anchor_sum.dtype)]).unsqueeze(0)).sum(0)
+            self._metrics[mode]["anchor_loss"].append((stats[0] / stats[1].clamp(min=1)).item())
+        return loss + self.gamma * anchor_loss / normalizer
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        anchor_labels = self._pending_anchor_labels
+        if anchor_labels is None or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        self.anchored_forward_calls += 1
+        # Pre-shifted labels: position p scores token p+1 on the completion and, at an [ANT] slot (never the
+        # last prompt token, so it carries no completion label), the slot's anchor -- one pass scores both.
+        labels = input_ids.masked_fill(attention_mask == 0, IGNORE)
+        labels[:, :-logits_to_keep] = IGNORE
+        shifted = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=IGNORE)
+        anchor_mask = anchor_labels != IGNORE
+        merged = torch.where(anchor_mask, anchor_labels, shifted)
+        model_inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if compute_aux_loss:
+            model_inputs["output_router_logits"] = True
+        with self.accelerator.autocast():
+            outputs = model(**model_inputs, shift_labels=merged, fused_lm_head=True)
+        window = slice(-logits_to_keep - 1, -1)
+        logps = outputs.log_probs[:, window]
+        entropies = outputs.entropy[:, window] if compute_entropy else None
+        self._anchor_terms = (-(outputs.log_probs * anchor_mask).sum(), anchor_mask.sum())
+        return logps, entropies, (outputs.aux_loss if compute_aux_loss else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# recipe
+
+def _data_spec() -> dict[str, Any]:
+    return dict(recipes_mod.AR_SCHEMA["data"]["train"])
+
+
+def schema(config_cls: type = AnchoredGRPOConfig) -> dict[str, Any]:
+    import dataclasses
+
+    from anchored_reasoning.sampling.samplers import SamplerConfig
+    from anchored_reasoning.train.rewards import REWARDS
+
+    return {
+        "trainer": None, "extends": None, "description": None, "task": None, "seed": None, "output_dir": None,
+        "model": {"name": None, "preset": None, "config": None, "tokenizer": None, "tokenizer_vocab_size": None,
+                  "dtype": None},
+        "method": {"name": None, "options": None},
+        "data": {"train": _data_spec(), "valid": _data_spec()},
+        "rewards": {**{name: None for name in REWARDS}, "tests_timeout_s": None},
+        "sampler": {f.name: None for f in dataclasses.fields(SamplerConfig) if f.name not in ("gen_length", "seed")},
+        "training": {f.name: None for f in dataclasses.fields(config_cls) if f.init},
+    }
+
+
+def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Load, apply dotted overrides and validate (every trainer-config field is known here)."""
+    from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+
+    return recipes_mod.resolve(recipe, overrides, schema=schema(DiffusionGRPOConfig), trainer="grpo")
+
+
+def make_config(recipe: Mapping[str, Any], output_dir: Path, config_cls: type = AnchoredGRPOConfig):
+    training = dict(recipe.get("training") or {})
+    training.setdefault("seed", int(recipe.get("seed", 0)))
+    training["output_dir"] = str(output_dir)
+    resume = training.pop("resume_from_checkpoint", None)
+    try:
+        config = config_cls(**training)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"recipe 'training' section: {exc}") from None
+    config.resume_from_checkpoint = resume
+    check_generation_backend(config)
+    return config
+
+
+def check_generation_backend(config: Any) -> None:
+    """``use_vllm`` needs vLLM and a CUDA GPU; a CPU recipe never touches vLLM."""
+    if not getattr(config, "use_vllm", False):
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError("training.use_vllm=true needs vLLM installed (pip install vllm) on a CUDA machine; "
+                          "set training.use_vllm=false to generate with transformers")
+    if not torch.cuda.is_available():
+        raise ConfigError("training.use_vllm=true needs a CUDA GPU, and none is visible; "
+                          "set training.use_vllm=false on a CPU")
+    if config.vllm_mode not in ("server", "colocate"):
+        raise ConfigError(f"training.vllm_mode must be 'server' or 'colocate', got {config.vllm_mode!r}")
+
+
+def resume_path(config: Any) -> str | None:
+    """``resume_from_checkpoint``: a path, or true / "last" for the newest checkpoint-N in output_dir."""
+    value = getattr(config, "resume_from_checkpoint", None)
+    if value in (None, False, ""):
+        return None
+    if value is True or str(value).lower() in ("true", "last"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir() else None
+        if last is None:
+            raise ConfigError(f"training.resume_from_checkpoint=true but {config.output_dir} holds no checkpoint-N folder")
+        return last
+    if not Path(str(value)).is_dir():
+        raise ConfigError(f"training.resume_from_checkpoint: {value} is not a checkpoint folder")
+    return str(value)
+
+
+def start_meta(name: str | None) -> dict[str, Any] | None:
+    """The start model's ``anchored_reasoning.json`` (method, options, task, backend), None for other models."""
+    from anchored_reasoning.checkpoints import read_checkpoint_meta
+    from anchored_reasoning.models.zoo import resolve_model
+
+    return read_checkpoint_meta(resolve_model(str(name))) if name else None
+
+
+@dataclass
+class Prompting:
+    """How the policy is prompted: the method object, its style and the checkpoint metadata to carry on."""
+
+    method: Any
+    style: str
+    meta: dict[str, Any] | None
+
+
+def choose_method(recipe: Mapping[str, Any], meta: Mapping[str, Any] | None) -> Prompting:
+    from anchored_reasoning.methods import get_method
+
+    cfg = dict(recipe.get("method") or {})
+    options = dict(cfg.get("options") or {})
+    if meta and meta.get("style", "trained") == "trained" and meta.get("method") not in (None, "text"):
+        if cfg.get("name") and cfg["name"] != meta["method"]:
+            raise ConfigError(f"the checkpoint was trained with method {meta['method']!r} ({CHECKPOINT_META}); "
+                              f"method.name={cfg['name']!r} would prompt it in a format it never saw")
+        method = get_method(meta["method"], style="trained", **{**dict(meta.get("method_options") or {}), **options})
+        return Prompting(method, "trained", dict(meta))
+    if recipe.get("model", {}).get("preset"):  # a from-scratch model (tests): trained style by definition
+        if not cfg.get("name"):
+            raise ConfigError("a model.preset recipe needs method.name")
+        return Prompting(get_method(cfg["name"], style="trained", **options), "trained", None)
+    return Prompting(get_method(cfg.get("name") or "cot", **options), "instruct", None)
+
+
+def build_rows(examples: Sequence[Example], prompting: Prompting, task: Any, tokenizer,
+               anchor_table: AnchorTable | None = None) -> list[dict[str, Any]]:
+    """Dataset rows: ``prompt`` (text, or chat turns for an instruct model with a chat template) and
+    ``example`` (the gold, for the rewards); fills ``anchor_table`` from the rendered anchors."""
+    from anchored_reasoning.train.collate import example_to_row
+
+    chat = prompting.style == "instruct" and getattr(tokenizer, "chat_template", None)
+    rows = []
+    for i, ex in enumerate(examples):
+        if prompting.style == "trained":
+            rendered = prompting.method.render(ex, task)
+            prompt: Any = rendered.prompt
+            if anchor_table is not None:
+                anchor_table.add(rendered.prompt, rendered.anchors, where=f"row {i} (id {ex.id!r})")
+        else:
+            p = prompting.method.prompt(ex, task)
+            prompt = p.messages if chat else p.text
+        rows.append({"prompt": prompt, **example_to_row(ex)})
+    return rows
+
+
+def load_policy(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int):
+    """(model, tokenizer) for an AR policy; instruct models keep their vocabulary (vLLM loads them as is)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from anchored_reasoning.models.zoo import resolve_model
+    from anchored_reasoning.train import ar
+
+    if model_cfg.get("preset"):
+        model, tokenizer = ar.build_model_and_tokenizer(model_cfg, texts, work_dir, seed)
+    else:
+        if not model_cfg.get("name"):
+            raise ConfigError("recipe 'model' needs 'name' (a checkpoint, Hub id or alias) or 'preset'")
+        path = resolve_model(str(model_cfg["name"]))
+        tok = model_cfg.get("tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(str(tok)) if tok else path)
+        kwargs = {"dtype": getattr(torch, str(model_cfg["dtype"]))} if model_cfg.get("dtype") else {}
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+@dataclass
+class Plan:
+    """Everything a GRPO run needs, validated, before any model is loaded (see :func:`prepare`)."""
+
+    recipe: dict[str, Any]
+    config: Any
+    meta: dict[str, Any] | None
+    task: Any
+    prompting: Prompting
+    examples: list[Example]
+    rewards: Any
+
+    @property
+    def diffusion(self) -> bool:
+        return bool(self.meta and self.meta.get("backend") == "diffusion")
+
+
+def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Plan:
+    """Resolve the recipe, build the trainer config, read the start checkpoint's metadata, load and
+    gold-check the data, build the rewards. Every bad key or row fails here."""
+    from anchored_reasoning.tasks import get_task
+    from anchored_reasoning.train.ar import load_split
+    from anchored_reasoning.train.rewards import build_rewards, check_gold
+
+    recipe = resolve_recipe(recipe, overrides)
+    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'grpo'))).stem}")
+    meta = start_meta((recipe.get("model") or {}).get("name"))
+    if meta and meta.get("backend") == "diffusion":
+        from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+
+        config = make_config(recipe, output_dir, DiffusionGRPOConfig)
+        if config.use_vllm:
+            raise ConfigError("training.use_vllm does not apply to a diffusion model (its samplers generate)")
+    else:
+        if recipe.get("sampler"):
+            raise ConfigError("recipe 'sampler' applies to diffusion checkpoints only; this start model is a causal LM")
+        config = make_config(recipe, output_dir)  # bad training values fail before any data or model work
+    task_name = recipe.get("task") or (meta or {}).get("task")
+    if not task_name:
+        raise ConfigError("recipe needs 'task' (or a checkpoint whose anchored_reasoning.json names one)")
+    task = get_task(task_name)
+    prompting = choose_method(recipe, meta)
+    data = dict(recipe.get("data") or {})
+    examples = load_split(data.get("train"), task_name, int(recipe.get("seed", 0)))
+    if not examples:
+        raise DataError("recipe data.train produced no examples")
+    check_gold(examples, task)  # an unreadable gold answer fails here, naming the row
+    rewards_cfg = dict(recipe.get("rewards") or {}) or None
+    timeout = rewards_cfg.pop("tests_timeout_s", None) if rewards_cfg else None
+    rewards = build_rewards(rewards_cfg, task, prompting.style, tests_timeout_s=timeout)
+    config.reward_weights = rewards.weights
+    return Plan(recipe, config, meta, task, prompting, list(examples), rewards)
+
+
+def build_trainer(plan: Plan, callbacks: Sequence[Any] = ()):
+    """(trainer, tokenizer) for a prepared plan: :class:`AnchoredGRPOTrainer` for a causal LM,
+    :class:`~.diffusion_grpo.DiffusionGRPOTrainer` for a diffusion checkpoint."""
+    from datasets import Dataset
+
+    from anchored_reasoning.train.ar import training_texts
+
+    if plan.diffusion:
+        from anchored_reasoning.train.diffusion_grpo import build_trainer as build_diffusion
+
+        return build_diffusion(plan, callbacks)
+    config, model_cfg = plan.config, dict(plan.recipe.get("model") or {})
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    needs_texts = model_cfg.get("preset") and model_cfg.get("tokenizer") in (None, "train")
+    texts = training_texts(plan.examples[:5000], plan.prompting.method, plan.task.name) if needs_texts else []
+    model, tokenizer = load_policy(model_cfg, texts, Path(config.output_dir), int(plan.recipe.get("seed", 0)))
+    table = AnchorTable(tokenizer, config.ant_token) if getattr(plan.prompting.method, "anchored", False) else None
+    rows = build_rows(plan.examples, plan.prompting, plan.task, tokenizer, table)
+    if table is not None:
+        logger.info("anchored GRPO: %d prompts carry anchor labels (gamma=%s)", len(table), config.gamma)
+    trainer = AnchoredGRPOTrainer(model=model, reward_funcs=plan.rewards.funcs, args=config,
+                                  train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                                  callbacks=list(callbacks), anchor_table=table)
+    return trainer, tokenizer
+
+
+def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
+    """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
+    from anchored_reasoning.train.curriculum import TimeBudgetCallback
+
+    plan = prepare(recipe, overrides)
+    budget = TimeBudgetCallback(plan.config.max_train_seconds)
+    trainer, tokenizer = build_trainer(plan, [budget])
+    return finish(trainer, tokenizer, plan, budget)
+
+
+def finish(trainer, tokenizer, plan: Plan, budget) -> Path:
+    """Train (resuming when asked), save weights, tokenizer, metadata and ``train_summary.json``."""
+    recipe, prompting, rewards = plan.recipe, plan.prompting, plan.rewards
+    output_dir = Path(trainer.args.output_dir)
+    t0 = time.monotonic()
+    trainer.train(resume_from_checkpoint=resume_path(trainer.args))
+    seconds = time.monotonic() - t0
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(output_dir))
+        grpo = {"start": recipe.get("model", {}).get("name") or recipe.get("model", {}).get("preset"),
+                "steps": trainer.state.global_step, "gamma": float(getattr(trainer.args, "gamma", 0.0)),
+                "rewards": dict(zip([f.name for f in rewards.funcs], rewards.weights)),
+                "loss_type": trainer.args.loss_type, "max_completion_length": trainer.args.max_completion_length}
+        if prompting.style == "trained":  # the eval runner prompts the result exactly as it was trained
+            meta = dict(prompting.meta or {"style": "trained", "task": recipe.get("task")})
+            meta.update({"method": prompting.method.name, "method_options": prompting.method.options, "grpo": grpo})
+            meta.setdefault("task", recipe.get("task"))
+            (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
+        summary = {
+            "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
+            "recipe_source": recipe.get("_source"), "grpo": grpo, "style": prompting.style,
+            "global_steps": trainer.state.global_step, "train_seconds": round(seconds, 2),
+            "stopped_by_time_budget": budget.stopped_early, "reward_failures": rewards.failures(),
+            "log_history": trainer.state.log_history, **trainer_facts(trainer),
+        }
+        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    trainer.accelerator.wait_for_everyone()
+    logger.info("saved %s (%d GRPO steps, %.0fs)", output_dir, trainer.state.global_step, seconds)
+    return output_dir
+
+
+def trainer_facts(trainer) -> dict[str, Any]:
+    """What the summary records about the trainer: anchored prompts (AR) or the sampler (diffusion)."""
+    if hasattr(trainer, "sampler_config"):
+        return {"sampler": trainer.sampler_config.remasking, "prompt_mask_ratio": trainer.args.prompt_mask_ratio}
+    return {"anchor_prompts": len(trainer.anchor_table or ())}
