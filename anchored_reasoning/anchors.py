@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import Counter
 from typing import Callable, Hashable, Iterable, Sequence, TypeVar
 
 from anchored_reasoning.errors import ConfigError
@@ -131,19 +130,24 @@ def logic_anchors(steps: Sequence[str], max_anchors: int | None = 6) -> list[str
 def frequency_anchors(tokens: Sequence[T], tau: int = 5) -> list[T]:
     """ADLM's per-sequence rule: the distinct tokens occurring at most ``tau`` times in
     ``tokens``, in order of first occurrence. ``tau`` must be >= 1."""
-    if tau < 1:
-        raise ConfigError(f"frequency_anchors: tau must be >= 1, got {tau}")
-    counts = Counter(tokens)
-    return _dedupe(t for t in tokens if counts[t] <= tau)
+    return _dedupe(t for t, keep in zip(tokens, frequency_anchor_mask(tokens, tau)) if keep)
 
 
 def frequency_anchor_mask(tokens: Sequence[T], tau: int = 5) -> list[bool]:
     """Per position: True when that position's token occurs at most ``tau`` times in ``tokens``
-    (ADLM marks every such position as an anchor position)."""
-    if tau < 1:
-        raise ConfigError(f"frequency_anchor_mask: tau must be >= 1, got {tau}")
-    counts = Counter(tokens)
-    return [counts[t] <= tau for t in tokens]
+    (ADLM marks every such position as an anchor position).
+
+    One rule for the whole library: this is the tensor rule of training,
+    :func:`anchored_reasoning.objectives.frequency_anchor_mask`, applied to one row whose ids
+    number the distinct tokens (any hashable tokens: words, ids)."""
+    import torch
+
+    from anchored_reasoning.objectives import frequency_anchor_mask as tensor_rule
+
+    index: dict[T, int] = {}
+    row = [index.setdefault(t, len(index)) for t in tokens]
+    mask = tensor_rule(torch.tensor([row], dtype=torch.long).reshape(1, len(row)), tau)
+    return [bool(x) for x in mask[0].tolist()]
 
 
 def generic_anchors(steps: Sequence[str], max_anchors: int | None = None, tau: int = 5) -> list[str]:

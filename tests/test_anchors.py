@@ -106,6 +106,28 @@ def test_frequency_rule():
         frequency_anchors(tokens, tau=0)
 
 
+def test_one_frequency_rule_for_token_lists_and_tensors():
+    """anchors.frequency_anchor_mask (lists of any tokens) and objectives.frequency_anchor_mask
+    (id tensors, what ADLM training uses) agree, and both equal counting by hand."""
+    import random
+    from collections import Counter
+
+    import torch
+
+    from anchored_reasoning.objectives import frequency_anchor_mask as tensor_mask
+
+    rng = random.Random(0)
+    for tau in (1, 2, 5):
+        rows = [[rng.randrange(12) for _ in range(40)] for _ in range(6)]
+        batch = tensor_mask(torch.tensor(rows), tau)
+        for row, got in zip(rows, batch.tolist()):
+            counts = Counter(row)
+            assert frequency_anchor_mask(row, tau) == got == [counts[t] <= tau for t in row]
+            words = [f"w{t}" for t in row]  # the list rule takes any hashable token
+            assert frequency_anchor_mask(words, tau) == got
+            assert frequency_anchors(words, tau) == list(dict.fromkeys(w for w, keep in zip(words, got) if keep))
+
+
 def test_unknown_task_uses_frequency_rule_on_the_trace():
     steps = ["x " * 6 + "apple pear", "Pear cherry"]
     assert generic_anchors(steps, tau=5) == ["apple", "pear", "cherry"]

@@ -183,6 +183,23 @@ def test_acot_stage_zero_is_plain_cot_and_pause_only_differs_by_slot_tokens():
             assert p.prompt.replace(PAUSE, "") == a.prompt.replace(ANT, "").replace(BOA, "").replace(EOA, "")
 
 
+def test_tokens_per_anchor_widens_every_anchor_to_that_many_slots_for_acot_and_pause():
+    example = gsm8k_example()
+    acot = get_method("acot", style="trained", k=2, tokens_per_anchor=3)
+    pause = get_method("pause", style="trained", k=2, tokens_per_anchor=3)
+    for stage in range(acot.num_stages):
+        a = acot.with_stage(stage).render(example, "gsm8k")
+        p = pause.with_stage(stage).render(example, "gsm8k")
+        assert a.prompt.count(ANT) == p.prompt.count(PAUSE) == 3 * min(stage, 2) == acot.with_stage(stage).slot_tokens()
+        assert a.anchors == ["16", "3"][: min(stage, 2)]  # still one anchor per stage
+        assert a.tokens_per_anchor == 3
+    assert get_method("acot", style="trained", **acot.options).options == acot.options
+    assert get_method("acot", style="trained", k=2).render(example, "gsm8k").prompt.count(ANT) == 2  # default 1
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="tokens_per_anchor"):
+            get_method("acot", style="trained", tokens_per_anchor=bad)
+
+
 def test_stage_switch_changes_rendered_data():
     example = gsm8k_example()
     method = get_method("acot", style="trained", k=2)

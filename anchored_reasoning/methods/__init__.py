@@ -26,13 +26,15 @@ class Rendered:
 
     ``prompt`` is everything the model is given (no LM loss on it), ``target`` what it must
     generate (LM loss). ``anchors`` are the anchor strings, in order, that the ``[ANT]`` slots
-    inside ``prompt`` are trained to predict (empty for methods without anchor supervision).
+    inside ``prompt`` are trained to predict (empty for methods without anchor supervision):
+    anchor ``i`` takes the ``tokens_per_anchor`` slots from ``i * tokens_per_anchor`` on.
     ``prompt + target`` is the full training text.
     """
 
     prompt: str
     target: str
     anchors: list[str] = field(default_factory=list)
+    tokens_per_anchor: int = 1
 
 # name -> "module:Class"; classes take **options (e.g. k=6 anchor slots).
 _METHODS: dict[str, str] = {

@@ -9,8 +9,8 @@ One render path serves training and evaluation: :meth:`TrainedMethod.render` giv
 
     nocot     slots = none, no [BoR]; target = answer line
     cot       slots = none;           target = all steps [EoR] answer line
-    pause     slots = "[PAUSE]" x n   (no anchor loss)
-    acot      slots = "[BoA]" "[ANT]" x n "[EoA]"; Rendered.anchors = first n anchors
+    pause     slots = "[PAUSE]" x (n * tokens_per_anchor)   (no anchor loss)
+    acot      slots = "[BoA]" "[ANT]" x (n * tokens_per_anchor) "[EoA]"; Rendered.anchors = first n anchors
     stepwise  slots = none; stage s removes s leading steps (iCoT / Coconut)
 
 Curriculum (``stage`` / :meth:`with_stage`): at stage ``s`` pause/acot have ``n = min(s, k)``
@@ -270,24 +270,58 @@ class TrainedCoT(TrainedMethod):
 
 
 @dataclass
-class Pause(TrainedMethod):
+class SlotMethod(TrainedMethod):
+    """A method with slots in its prompt (pause, acot). ``k`` counts anchors (one per stage);
+    each anchor takes ``tokens_per_anchor`` consecutive slot tokens, so the prompt of stage ``s``
+    holds ``min(s, k) * tokens_per_anchor`` of them. 1 is the paper's setting (GPT-2, where
+    ``" 16"`` is one token); tokenizers that spell ``16`` as ``1``, ``6`` need more (see
+    docs/acot-data.md and :func:`anchored_reasoning.train.collate.anchor_label_ids`)."""
+
+    k: int = 6
+    tokens_per_anchor: int = 1
+
+    def __post_init__(self) -> None:
+        value = self.tokens_per_anchor
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"method {self.name}: option tokens_per_anchor must be an integer >= 1, got {value!r}")
+        super().__post_init__()
+
+    def slot_tokens(self, stage: int | None = None) -> int:
+        """How many slot tokens the prompt of ``stage`` holds."""
+        return self.num_slots(stage) * self.tokens_per_anchor
+
+    def slots(self, n: int) -> str:
+        if n <= 0:
+            return ""
+        width = n * self.tokens_per_anchor
+        if self.slot_kind == "ant":
+            return BOA + ANT * width + EOA
+        return PAUSE * width
+
+    def render(self, example: Example, task: Any = None) -> Rendered:
+        rendered = super().render(example, task)
+        rendered.tokens_per_anchor = self.tokens_per_anchor
+        return rendered
+
+
+@dataclass
+class Pause(SlotMethod):
     """CoT with ``[PAUSE]`` slots in the prompt and no anchor loss (Goyal et al. pause tokens):
     the control that tells extra slots apart from anchor supervision."""
 
     name: ClassVar[str] = "pause"
     slot_kind: ClassVar[str | None] = "pause"
-    k: int = 6
 
 
 @dataclass
-class ACoT(TrainedMethod):
-    """Anchored CoT: ``[BoA] [ANT] x n [EoA]`` in the prompt, each ``[ANT]`` trained to predict
-    the next anchor, never decoded. ``remove_steps_per_stage=1`` gives the ProsQA schedule."""
+class ACoT(SlotMethod):
+    """Anchored CoT: ``[BoA] [ANT] x n [EoA]`` in the prompt, each ``[ANT]`` (group of
+    ``tokens_per_anchor``) trained to predict the next anchor, never decoded.
+    ``remove_steps_per_stage=1`` gives the ProsQA schedule."""
 
     name: ClassVar[str] = "acot"
     slot_kind: ClassVar[str | None] = "ant"
     anchored: ClassVar[bool] = True
-    k: int = 6
 
 
 @dataclass

@@ -4,9 +4,17 @@ One rendered example (``Rendered(prompt, target, anchors)``) becomes::
 
     input_ids      = tok(prompt) + tok(target) + [eos]
     labels         = [-100] * len(tok(prompt)) + tok(target) + [eos]          (LM loss, shifted by the model)
-    anchor_labels  = -100 everywhere except at the i-th [ANT] position, where it is the first token id
-                     of " " + anchors[i] (the hidden state AT that slot is trained to predict the anchor;
-                     it is not shifted). Slots beyond ``len(anchors)`` stay -100 (no loss).
+    anchor_labels  = -100 everywhere except at the [ANT] positions: anchor i owns the m = tokens_per_anchor
+                     slots from i*m on, and its j-th slot is labelled with the j-th token of the anchor
+                     (the hidden state AT that slot is trained to predict it; not shifted). Slots beyond
+                     the anchor's tokens, and slots beyond ``len(anchors) * m``, stay -100 (no loss).
+
+An anchor's tokens (:func:`anchor_label_ids`) are those of ``" " + anchor`` (its spelling mid-sentence)
+with leading whitespace-only tokens removed: GPT-2 spells ``" 16"`` as one token, SmolLM2 / Qwen2.5 /
+Llama 3 as ``" "``, ``"1"``, ``"6"``, and a label of ``" "`` would make every number the same anchor.
+An anchor longer than m tokens keeps its first m (counted in ``stats["truncated_anchors"]``); an
+anchor that tokenizes to nothing is a :class:`DataError` naming it and its example.
+:func:`check_anchor_labels` runs these checks over a whole training set before training starts.
 
 The prompt and the target are tokenized separately, exactly as evaluation sees them: the runner feeds
 ``tok(prompt)`` and the model generates the target token by token.
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -35,8 +44,10 @@ DEFAULT_ANT_TOKEN = "[ANT]"
 
 @dataclass
 class TokenizedExample:
-    """One tokenized training sequence. ``n_slots`` is the number of [ANT] positions in the prompt,
-    ``n_anchor_labels`` how many of them carry an anchor label (fewer when the trace has fewer anchors)."""
+    """One tokenized training sequence. ``n_slots`` is the number of anchors the [ANT] slots of the
+    prompt can hold (slot tokens / tokens_per_anchor), ``n_anchor_labels`` how many anchors are
+    labelled (fewer when the trace has fewer anchors), ``truncated_anchors`` how many of those were
+    longer than their ``tokens_per_anchor`` slots."""
 
     input_ids: list[int]
     labels: list[int]
@@ -44,15 +55,45 @@ class TokenizedExample:
     n_slots: int = 0
     n_anchor_labels: int = 0
     truncated: bool = False
+    truncated_anchors: int = 0
 
 
-def anchor_token_id(tokenizer, anchor: str) -> int | None:
-    """The first token id of ``" " + anchor`` (the anchor as it appears mid-sentence), None for an empty anchor."""
+def _is_blank(tokenizer, token_id: int) -> bool:
+    return not tokenizer.decode([token_id], skip_special_tokens=False).strip()
+
+
+def anchor_label_ids(tokenizer, anchor: str) -> list[int]:
+    """The label token ids of one anchor: the tokens of ``" " + anchor`` (the anchor as it appears
+    mid-sentence) without leading whitespace-only tokens. ``[]`` when nothing is left."""
     anchor = anchor.strip()
     if not anchor:
-        return None
-    ids = tokenizer(" " + anchor, add_special_tokens=False)["input_ids"]
-    return ids[0] if ids else None
+        return []
+    ids = list(tokenizer(" " + anchor, add_special_tokens=False)["input_ids"])
+    while ids and _is_blank(tokenizer, ids[0]):
+        ids.pop(0)
+    return ids
+
+
+class AnchorLabels:
+    """:func:`anchor_label_ids` with a cache, raising a :class:`DataError` for an anchor that
+    tokenizes to nothing (naming the anchor and ``where`` it came from)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[str, list[int]] = {}
+
+    def __call__(self, anchor: str, where: str = "") -> list[int]:
+        ids = self._cache.get(anchor)
+        if ids is None:
+            ids = self._cache[anchor] = anchor_label_ids(self.tokenizer, anchor)
+        if not ids:
+            name = getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
+            raise DataError(
+                f"{where or 'example'}: anchor {anchor!r} tokenizes to nothing with tokenizer {name!r} "
+                "(no token is left once leading whitespace tokens are dropped); fix the anchor extractor "
+                "or the example's steps"
+            )
+        return ids
 
 
 def special_token_id(tokenizer, token: str) -> int:
@@ -74,6 +115,7 @@ def tokenize_rendered(
     max_length: int | None = None,
     add_eos: bool = True,
     where: str = "",
+    labeler: AnchorLabels | None = None,
 ) -> TokenizedExample:
     """Tokenize one rendered example (see the module docstring for the layout)."""
     prompt_ids = list(tokenizer(rendered.prompt)["input_ids"])
@@ -86,30 +128,80 @@ def tokenize_rendered(
     labels = [IGNORE] * len(prompt_ids) + target_ids
     anchor_labels = [IGNORE] * len(input_ids)
 
-    n_slots = n_labelled = 0
+    n_slots = truncated_anchors = 0
+    firsts: list[int] = []  # the first labelled position of each labelled anchor
     if ant_id is not None:
         slots = [i for i, t in enumerate(prompt_ids) if t == ant_id]
-        n_slots = len(slots)
-        anchors = list(rendered.anchors or [])
-        for slot, anchor in zip(slots, anchors):
-            # The LM loss is read at p (predicting p+1); the anchor loss at the same p must not collide with it.
-            if slot + 1 < len(labels) and labels[slot + 1] != IGNORE:
-                raise DataError(
-                    f"{where or 'example'}: an [ANT] slot is the last prompt token, so its position already carries "
-                    "the LM loss of the first target token; the method must close the slots ([EoA]) inside the prompt"
-                )
-            tid = anchor_token_id(tokenizer, anchor)
-            if tid is None:
-                continue
-            anchor_labels[slot] = tid
-            n_labelled += 1
+        width = int(getattr(rendered, "tokens_per_anchor", 1) or 1)
+        if len(slots) % width:
+            raise DataError(
+                f"{where or 'example'}: {len(slots)} [ANT] slots is not a multiple of tokens_per_anchor={width}"
+            )
+        n_slots = len(slots) // width
+        labeler = labeler or AnchorLabels(tokenizer)
+        for g, anchor in enumerate(list(rendered.anchors or [])[:n_slots]):
+            ids = labeler(anchor, where)
+            truncated_anchors += len(ids) > width
+            group = slots[g * width : (g + 1) * width]
+            for slot, tid in zip(group, ids):
+                # The LM loss is read at p (predicting p+1); the anchor loss at the same p must not collide with it.
+                if slot + 1 < len(labels) and labels[slot + 1] != IGNORE:
+                    raise DataError(
+                        f"{where or 'example'}: an [ANT] slot is the last prompt token, so its position already carries "
+                        "the LM loss of the first target token; the method must close the slots ([EoA]) inside the prompt"
+                    )
+                anchor_labels[slot] = tid
+            firsts.append(group[0])
 
     truncated = False
     if max_length is not None and len(input_ids) > max_length:
         truncated = True
         input_ids, labels, anchor_labels = input_ids[:max_length], labels[:max_length], anchor_labels[:max_length]
-        n_labelled = sum(1 for a in anchor_labels if a != IGNORE)
-    return TokenizedExample(input_ids, labels, anchor_labels, n_slots, n_labelled, truncated)
+        firsts = [p for p in firsts if p < max_length]
+    return TokenizedExample(input_ids, labels, anchor_labels, n_slots, len(firsts), truncated, truncated_anchors)
+
+
+def check_anchor_labels(tokenizer, method, examples: Iterable[Example], task: Any = None) -> dict[str, Any]:
+    """Before training: the anchors ``method`` will label on ``examples`` (at its final stage, the
+    one with the most slots), tokenized as the collator will. Raises :class:`DataError` naming the
+    anchor and its example when one tokenizes to nothing; returns counts and warns when anchors
+    are longer than ``tokens_per_anchor`` or distinct anchors share a label sequence. A method
+    without anchors returns ``{}``."""
+    if not getattr(method, "anchored", False):
+        return {}
+    final = method.with_stage(method.num_stages - 1) if hasattr(method, "with_stage") else method
+    width = int(getattr(final, "tokens_per_anchor", 1) or 1)
+    first_seen: dict[str, str] = {}
+    for ex in examples:
+        for anchor in final.render(ex, task).anchors:
+            first_seen.setdefault(anchor, str(ex.id))
+    labeler = AnchorLabels(tokenizer)
+    by_labels: dict[tuple[int, ...], list[str]] = defaultdict(list)
+    lengths: dict[str, int] = {}
+    for anchor, ex_id in first_seen.items():
+        ids = labeler(anchor, f"example {ex_id}")
+        lengths[anchor] = len(ids)
+        by_labels[tuple(ids[:width])].append(anchor)
+    longer = sorted(a for a, n in lengths.items() if n > width)
+    colliding = sorted(a for group in by_labels.values() if len(group) > 1 for a in group)
+    stats = {
+        "distinct_anchors": len(first_seen),
+        "tokens_per_anchor": width,
+        "max_anchor_tokens": max(lengths.values(), default=0),
+        "anchors_truncated": len(longer),
+        "anchors_sharing_labels": len(colliding),
+    }
+    if longer:
+        logger.warning(
+            "%d of %d distinct anchors are longer than tokens_per_anchor=%d (e.g. %s); they keep their first %d "
+            "token(s). The longest has %d: set method.options.tokens_per_anchor=%d to keep them whole",
+            len(longer), len(first_seen), width, ", ".join(map(repr, longer[:3])), width,
+            stats["max_anchor_tokens"], stats["max_anchor_tokens"],
+        )
+    if colliding:
+        logger.warning("%d distinct anchors share a label sequence with another (e.g. %s)",
+                       len(colliding), ", ".join(map(repr, colliding[:4])))
+    return stats
 
 
 def pad_batch(items: Sequence[TokenizedExample], pad_id: int, pad_to_multiple_of: int | None = None) -> dict[str, Any]:
@@ -176,7 +268,10 @@ def rendered_dataset(rendered: Iterable[Rendered]):
     """A ``datasets.Dataset`` of pre-rendered ``prompt`` / ``target`` / ``anchors`` rows (no method needed)."""
     from datasets import Dataset
 
-    rows = [{"prompt": r.prompt, "target": r.target, "anchors": list(r.anchors)} for r in rendered]
+    rows = [
+        {"prompt": r.prompt, "target": r.target, "anchors": list(r.anchors), "tokens_per_anchor": r.tokens_per_anchor}
+        for r in rendered
+    ]
     if not rows:
         raise DataError("no training examples")
     return Dataset.from_list(rows)
@@ -201,10 +296,13 @@ class AnchoredCollator:
     #: Tag each batch with the stage it was rendered at and its source rows, so the trainer can
     #: re-render a batch the data loader prefetched before a curriculum stage switch.
     keep_rows: bool = False
-    stats: dict[str, int] = field(default_factory=lambda: {"examples": 0, "fewer_anchors": 0, "no_anchors": 0, "truncated": 0})
+    stats: dict[str, int] = field(
+        default_factory=lambda: {"examples": 0, "fewer_anchors": 0, "no_anchors": 0, "truncated": 0, "truncated_anchors": 0}
+    )
 
     def __post_init__(self) -> None:
         self._staged = None
+        self._labeler = AnchorLabels(self.tokenizer)
         self._ant_id: int | None = None
         vocab = self.tokenizer.get_vocab()
         if self.ant_token in vocab:
@@ -233,7 +331,10 @@ class AnchoredCollator:
 
     def render_row(self, row: dict[str, Any]) -> Rendered:
         if "prompt" in row and "target" in row:
-            return Rendered(prompt=row["prompt"], target=row["target"], anchors=list(row.get("anchors") or []))
+            return Rendered(
+                prompt=row["prompt"], target=row["target"], anchors=list(row.get("anchors") or []),
+                tokens_per_anchor=int(row.get("tokens_per_anchor") or 1),
+            )
         if self._staged is None:
             raise DataError("rows hold examples but the collator has no method to render them with")
         return self._staged.render(row_to_example(row), self.task)
@@ -241,8 +342,11 @@ class AnchoredCollator:
     def tokenize(self, row: dict[str, Any]) -> TokenizedExample:
         rendered = self.render_row(row)
         where = f"example {json.loads(row['example']).get('id')}" if isinstance(row.get("example"), str) else ""
-        item = tokenize_rendered(rendered, self.tokenizer, ant_id=self._ant_id, max_length=self.max_length, where=where)
+        item = tokenize_rendered(
+            rendered, self.tokenizer, ant_id=self._ant_id, max_length=self.max_length, where=where, labeler=self._labeler
+        )
         self.stats["examples"] += 1
+        self.stats["truncated_anchors"] = self.stats.get("truncated_anchors", 0) + item.truncated_anchors
         if item.n_slots and item.n_anchor_labels < item.n_slots:
             self.stats["fewer_anchors"] += 1
             if item.n_anchor_labels == 0:
