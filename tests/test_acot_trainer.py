@@ -13,11 +13,11 @@ from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig, AnchoredSFT
 from anchored_reasoning.train.collate import (
     IGNORE,
     AnchoredCollator,
-    anchor_token_id,
+    anchor_label_ids,
     examples_dataset,
     tokenize_rendered,
 )
-from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, stage_for
+from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, planned_steps
 from anchored_reasoning.types import Example
 
 torch.set_num_threads(1)
@@ -108,7 +108,7 @@ def test_extra_slots_get_no_anchor_label(tiny):
     r = Rendered(prompt="Q?\n[BoA]" + ANT * 4 + "[EoA][BoR]", target="x", anchors=["Tom"])
     item = tokenize_rendered(r, tok, ant_id=ant_id)
     slots = [i for i, t in enumerate(item.input_ids) if t == ant_id]
-    assert item.anchor_labels[slots[0]] == anchor_token_id(tok, "Tom")
+    assert [item.anchor_labels[slots[0]]] == anchor_label_ids(tok, "Tom")
     assert all(item.anchor_labels[p] == IGNORE for p in slots[1:])
     assert (item.n_slots, item.n_anchor_labels) == (4, 1)
 
@@ -210,12 +210,6 @@ def test_examples_without_anchors_train_and_are_counted(tiny, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # curriculum
 
-def test_stage_schedule():
-    assert [stage_for(schedule="epochs", num_stages=4, epoch=e, epochs_per_stage=5) for e in (0, 4.9, 5, 12, 99)] == [0, 0, 1, 2, 3]
-    # fraction: default gives half the run to the curriculum
-    assert [stage_for(schedule="fraction", num_stages=3, progress=p) for p in (0, 0.24, 0.25, 0.5, 0.9)] == [0, 0, 1, 2, 2]
-
-
 def test_stage_switch_changes_rendered_data(tiny):
     _, tok, _ = tiny
     method = get_method("acot", style="trained", k=3, remove_steps_per_stage=1)
@@ -249,6 +243,9 @@ def test_curriculum_callback_moves_stages_resets_optimizer_and_keeps_best(tiny, 
     trainer.train()
     stages = [h["stage"] for h in cb.history if h["event"] == "stage"]
     assert stages == [0, 1, 2]
+    # a 3-epoch run of a 3-epoch schedule switches at epochs 1 and 2 (2 steps an epoch)
+    assert [h["step"] for h in cb.history if h["event"] == "stage"] == [0, 2, 4]
+    assert trainer.state.max_steps == planned_steps(args, len(examples)) == 6
     assert cb.optimizer_resets == 2
     assert placeholder.stage == 2
     evals = [h for h in cb.history if h["event"] == "eval"]
@@ -287,3 +284,70 @@ def test_first_step_after_a_stage_switch_trains_the_new_format(tiny, tmp_path, k
     else:  # without the rows the prefetched batch keeps the old format (why ar.py sets keep_rows)
         assert seen == [0, 0, 0, 1, 1, 2]
         assert trainer.restaged_batches == 0
+
+
+def test_stage_lengths_follow_the_scaled_paper_schedule(tiny, tmp_path):
+    """A 10-step run of a 10-epoch schedule with 2-epoch stages: stages 0 and 1 get 2 steps each
+    (a fifth of the run each, as in the schedule), the last stage the other 6; with accumulation
+    the step count the plan is made from is the Trainer's own."""
+    _, tok, _ = tiny
+    method = get_method("acot", style="trained", k=2)
+    examples = [prosqa_like(i) for i in range(16)]
+    collator = AnchoredCollator(tok, method, task="prosqa", keep_rows=True)
+    cb = CurriculumCallback(collator, method, curriculum=True, schedule="epochs", epochs_per_stage=2,
+                            schedule_epochs=10, min_steps_per_stage=2, reset_optimizer=True)
+    args = AnchoredSFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                             max_steps=10, learning_rate=1e-3, logging_steps=5, disable_tqdm=True)
+    trainer = AnchoredSFTTrainer(model=fresh_model(tiny), args=args, train_dataset=examples_dataset(examples),
+                                 data_collator=collator, processing_class=tok, callbacks=[cb])
+    trainer.train()
+    assert cb.plan.steps == [2, 2, 6]
+    assert [(h["step"], h["stage"]) for h in cb.history if h["event"] == "stage"] == [(0, 0), (2, 1), (4, 2)]
+    assert cb.stage_steps(trainer.state.global_step) == {0: 2, 1: 2, 2: 6}
+    assert cb.optimizer_resets == 2
+
+
+def test_callback_refuses_a_run_too_short_for_its_stages_at_train_begin(tiny, tmp_path):
+    from anchored_reasoning.errors import ConfigError
+
+    _, tok, _ = tiny
+    method = get_method("acot", style="trained", k=2)
+    collator = AnchoredCollator(tok, method, task="prosqa")
+    cb = CurriculumCallback(collator, method, curriculum=True, schedule="fraction", min_steps_per_stage=3)
+    args = AnchoredSFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=4, max_steps=6, disable_tqdm=True)
+    trainer = AnchoredSFTTrainer(model=fresh_model(tiny), args=args, train_dataset=examples_dataset([prosqa_like(0)] * 8),
+                                 data_collator=collator, processing_class=tok, callbacks=[cb])
+    with pytest.raises(ConfigError, match=r"6 optimizer steps for 3 stages.*floor of 3 steps"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+def test_validation_generates_through_the_evaluation_path(tiny, tmp_path):
+    """The evaluator's completions are the eval runner's on the saved checkpoint: same prompts,
+    same greedy tokens, same grades; its records are kept under out_dir."""
+    import json
+
+    from anchored_reasoning.backends import get_backend
+    from anchored_reasoning.eval.runner import run_eval
+
+    path, tok, _ = tiny
+    model = fresh_model(tiny)
+    model.save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    method = get_method("acot", style="trained", k=2)
+    examples = [prosqa_like(i) for i in range(5)]
+    evaluator = GenerationEvaluator(tok, examples, task="prosqa", max_new_tokens=6, batch_size=2,
+                                    out_dir=tmp_path / "validation")
+    model.train()
+    result = evaluator.evaluate(model, method, name="step-0000003")
+    assert model.training  # the evaluator puts the model back in training mode
+    summary = run_eval("prosqa", get_backend("hf", str(tmp_path / "ckpt"), device="cpu"), method,
+                       out_dir=tmp_path / "eval", examples=examples, max_new_tokens=6, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "eval" / "records.jsonl").read_text().splitlines()]
+    kept = [json.loads(line) for line in (tmp_path / "validation" / "step-0000003" / "records.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["prompt"], r["completion"], r["tokens"], r["correct"]) for r in kept] == [
+        (r["id"], r["prompt"], r["completion"], r["tokens"], r["correct"]) for r in records
+    ]
+    assert result.n == 5 and result.accuracy == summary["accuracy"]["mean"]
+    assert result.mean_generated_tokens == pytest.approx(summary["tokens"]["mean"])
+    assert result.samples[0]["prompt"] == method.prompt(examples[0], "prosqa").text

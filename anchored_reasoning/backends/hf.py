@@ -132,6 +132,28 @@ class HFBackend:
             ) from exc
         self.model.to(self.device)
         self.model.eval()
+        self._setup(revision)
+
+    @classmethod
+    def from_loaded(cls, model: Any, tokenizer: Any, *, batch_size: int = 16, seed: int = 0, name: str = "in-memory") -> "HFBackend":
+        """A backend around a model and tokenizer already in memory (e.g. during training, for
+        validation through the same generation path as evaluation). The model stays on its device,
+        in its dtype and mode; the caller puts it in eval mode."""
+        import torch
+
+        if int(batch_size) < 1:
+            raise ConfigError(f"backend option batch_size={batch_size!r} must be >= 1")
+        self = cls.__new__(cls)
+        self.model_arg = self.model_path = str(name)
+        self.batch_size, self.chat_mode, self.seed, self.revision = int(batch_size), False, int(seed), None
+        self.model, self.tokenizer = model, tokenizer
+        param = next(model.parameters(), None)
+        self.device = param.device if param is not None else torch.device("cpu")
+        self.dtype = param.dtype if param is not None else torch.float32
+        self._setup(None)
+        return self
+
+    def _setup(self, revision: str | None) -> None:
         tok = self.tokenizer
         if tok.pad_token_id is None:
             if tok.eos_token_id is None:

@@ -76,8 +76,15 @@ def load_split(
             raise ConfigError("data.*.split needs a top-level 'task' in the recipe")
         from anchored_reasoning.tasks import get_task
 
-        examples = get_task(task_name).load(spec["split"], data_dir=spec.get("data_dir"), limit=spec.get("limit"))
-        return list(examples)
+        holdout = int(spec.get("holdout") or 0)
+        limit = None if holdout else spec.get("limit")  # a holdout is cut from the whole split
+        examples = list(get_task(task_name).load(spec["split"], data_dir=spec.get("data_dir"), limit=limit))
+        if holdout:
+            if not 0 < holdout < len(examples):
+                raise ConfigError(f"data.{part}.holdout={holdout} must be between 1 and the split's {len(examples) - 1}")
+            examples = examples[-holdout:] if part == "valid" else examples[:-holdout]
+            examples = examples[: spec["limit"]] if spec.get("limit") else examples
+        return examples
     raise ConfigError("each data section needs 'generator' (with n) or 'split'")
 
 
@@ -147,8 +154,11 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
         from anchored_reasoning.models.zoo import resolve_model
 
         path = resolve_model(name)
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(tok_spec) if tok_spec and tok_spec != "train" else path)
-        kwargs = {}
+        # a Hub revision pins a Hub id; a local directory (an offline copy) has none
+        revision = {"revision": model_cfg["revision"]} if model_cfg.get("revision") and not Path(path).is_dir() else {}
+        tok_path = resolve_model(tok_spec) if tok_spec and tok_spec != "train" else path
+        tokenizer = AutoTokenizer.from_pretrained(tok_path, **(revision if tok_path == path else {}))
+        kwargs = dict(revision)
         if model_cfg.get("dtype"):
             kwargs["dtype"] = getattr(torch, str(model_cfg["dtype"]))
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -222,8 +232,10 @@ def run_with_examples(
     """Like :func:`run`, with the examples given (the recipe's ``data`` section is ignored)."""
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
-    from anchored_reasoning.train.collate import AnchoredCollator, examples_dataset
-    from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, TimeBudgetCallback
+    from anchored_reasoning.train.collate import AnchoredCollator, check_anchor_labels, examples_dataset
+    from anchored_reasoning.train.curriculum import (
+        CurriculumCallback, GenerationEvaluator, TimeBudgetCallback, curriculum_plan_for,
+    )
 
     recipe = _check(recipe, overrides)
     if not train_examples:
@@ -256,12 +268,15 @@ def run_with_examples(
             valid_examples[: config.generation_eval_samples],
             task=task,
             max_new_tokens=config.generation_max_new_tokens,
+    if config.curriculum:  # a curriculum that cannot fit the run's steps is refused before any model is built
+        curriculum_plan_for(config, method, len(train_examples))
             batch_size=config.generation_batch_size,
         )
     curriculum = CurriculumCallback(
         collator,
         method,
         curriculum=config.curriculum,
+    anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
         schedule=config.curriculum_schedule,
         epochs_per_stage=config.epochs_per_stage,
         stage_fraction=config.stage_fraction,
@@ -275,6 +290,7 @@ def run_with_examples(
         best_from_stage=config.best_from_stage,
     )
     budget = TimeBudgetCallback(config.max_train_seconds)
+            out_dir=output_dir / "validation",
     trainer = AnchoredSFTTrainer(
         model=model,
         args=config,
@@ -284,6 +300,9 @@ def run_with_examples(
         callbacks=[budget, curriculum],
     )
     t_train = time.monotonic()
+        schedule_epochs=config.curriculum_epochs,
+        first_stage=config.curriculum_first_stage,
+        min_steps_per_stage=config.curriculum_min_steps_per_stage,
     trainer.train()
     train_seconds = time.monotonic() - t_train
 
@@ -325,3 +344,4 @@ def run_with_examples(
     trainer.accelerator.wait_for_everyone()
     logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
     return output_dir
+            "anchor_labels": anchor_check,

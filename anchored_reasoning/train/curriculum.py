@@ -12,131 +12,164 @@
 The best validated weights (among evaluations from ``best_from_stage`` on, by default the final
 stage only: earlier stages train a different format) are kept in memory and restored at the end.
 
-Stage schedules: ``epochs`` (Coconut: a stage every ``epochs_per_stage`` epochs, the last stage runs
-to the end) or ``fraction`` (each non-final stage gets ``stage_fraction`` of the run, measured as the
-larger of step progress and time progress, so it also works under ``max_train_seconds``).
+Stage plans (:func:`plan_curriculum`), as shares of the run:
+
+* ``epochs`` -- the paper's schedule, scaled to the run: every stage but the last lasts
+  ``epochs_per_stage`` epochs of a ``schedule_epochs``-epoch schedule (Coconut on ProsQA /
+  ProntoQA: 5 of 50; the ADLM paper on GSM8K: 3 of 25, from stage 1), the last stage the rest.
+  A run of exactly ``schedule_epochs`` epochs switches at those epochs; a shorter (or longer) run
+  gives each stage the same share of its optimizer steps;
+* ``fraction`` -- each non-final stage gets ``stage_fraction`` of the run (default: the curriculum
+  takes half of it).
+
+Progress is the larger of step progress and time progress (``max_train_seconds``), so both work
+under a time budget. When the run's step count is known, every stage must get at least
+``min_steps_per_stage`` optimizer steps, else the plan is refused (:class:`ConfigError`) with the
+numbers, before training starts.
+
+Validation (:class:`~anchored_reasoning.train.validation.GenerationEvaluator`) generates through
+the evaluation path: the same prompts, stop strings, decoding and grading as ``anchored-reasoning eval``.
 """
 from __future__ import annotations
 
 import logging
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 from transformers import TrainerCallback
 
-from anchored_reasoning.types import Example
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.train.validation import GenerationEvaluator, GenerationResult
+
+__all__ = [
+    "CurriculumCallback", "GenerationEvaluator", "GenerationResult", "StagePlan", "TimeBudgetCallback",
+    "curriculum_plan_for", "plan_curriculum", "planned_steps",
+]
 
 logger = logging.getLogger(__name__)
 
+SCHEDULES = ("epochs", "fraction")
 
-def stage_for(
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The stages a run walks (``stages``, in order) and where each ends, as a share of the run
+    (``ends``; the last is 1.0). ``steps`` are the optimizer steps of each stage when the run's
+    step count is known."""
+
+    stages: tuple[int, ...]
+    ends: tuple[float, ...]
+    total_steps: int | None = None
+
+    def stage_at(self, progress: float) -> int:
+        """The stage at ``progress`` (0..1) of the run."""
+        for stage, end in zip(self.stages, self.ends[:-1]):
+            if progress < end - 1e-9:  # the epsilon keeps 0.19999999 of a 0.2 boundary from lagging
+                return stage
+        return self.stages[-1]
+
+    @property
+    def steps(self) -> list[int] | None:
+        if self.total_steps is None:
+            return None
+        return _stage_steps(self.ends, self.total_steps)
+
+
+def _stage_steps(ends: Sequence[float], total: int) -> list[int]:
+    bounds = [0] + [int(math.ceil(e * total - 1e-9)) for e in ends[:-1]] + [total]
+    return [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+def plan_curriculum(
     *,
-    schedule: str,
     num_stages: int,
-    epoch: float = 0.0,
-    epochs_per_stage: float = 1.0,
-    progress: float = 0.0,
+    schedule: str = "epochs",
+    epochs_per_stage: float = 5.0,
+    schedule_epochs: float | None = None,
     stage_fraction: float | None = None,
-) -> int:
-    """The curriculum stage at a point of training (see the module docstring)."""
-    if num_stages <= 1:
-        return 0
-    if schedule == "epochs":
-        raw = epoch / max(epochs_per_stage, 1e-9)
+    first_stage: int = 0,
+    total_steps: int | None = None,
+    min_steps_per_stage: int = 0,
+) -> StagePlan:
+    """The stage plan of a run (see the module docstring). Raises :class:`ConfigError` when the
+    stages do not fit the schedule, or when ``total_steps`` cannot give every stage
+    ``min_steps_per_stage`` steps (the message names the steps, the stages and the floor)."""
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"curriculum_schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if not 0 <= first_stage < max(num_stages, 1):
+        raise ConfigError(f"curriculum_first_stage={first_stage} is outside the method's stages 0..{num_stages - 1}")
+    stages = tuple(range(first_stage, max(num_stages, 1)))
+    n = len(stages)
+    if n == 1:
+        ends: tuple[float, ...] = (1.0,)
+    elif schedule == "epochs":
+        total = float(schedule_epochs or 0)
+        if epochs_per_stage <= 0 or total <= 0:
+            raise ConfigError(
+                f"curriculum: epochs_per_stage={epochs_per_stage} and the schedule's length "
+                f"({total} epochs: training.curriculum_epochs, else num_train_epochs) must be > 0"
+            )
+        if (n - 1) * epochs_per_stage >= total:
+            raise ConfigError(
+                f"curriculum: {n - 1} stages of {epochs_per_stage:g} epochs before the last leave no room for it "
+                f"in a {total:g}-epoch schedule; set training.curriculum_epochs (the paper's length: 50 for "
+                "ProsQA/ProntoQA, 25 for GSM8K) or fewer stages (training.num_stages)"
+            )
+        ends = tuple((i + 1) * epochs_per_stage / total for i in range(n - 1)) + (1.0,)
     else:
-        frac = stage_fraction if stage_fraction else 0.5 / (num_stages - 1)
-        raw = progress / frac
-    # a small epsilon keeps float epochs like 0.9999999 from lagging a stage behind
-    return int(min(max(math.floor(raw + 1e-9), 0), num_stages - 1))
+        frac = stage_fraction if stage_fraction else 0.5 / (n - 1)
+        if not 0 < frac or (n - 1) * frac >= 1:
+            raise ConfigError(f"curriculum: stage_fraction={frac:g} for {n - 1} stages before the last leaves it no room")
+        ends = tuple((i + 1) * frac for i in range(n - 1)) + (1.0,)
+    plan = StagePlan(stages, ends, total_steps)
+    if total_steps is not None and min_steps_per_stage > 0:
+        steps = plan.steps or []
+        if min(steps) < min_steps_per_stage:
+            need = total_steps
+            while min(_stage_steps(ends, need)) < min_steps_per_stage:
+                need = max(need + 1, int(need * 1.01))
+            raise ConfigError(
+                f"the curriculum does not fit the run: {total_steps} optimizer steps for {n} stages "
+                f"(stages {stages[0]}..{stages[-1]}, {schedule} schedule) give the shortest stage {min(steps)} steps, "
+                f"below the floor of {min_steps_per_stage} steps per stage (training.curriculum_min_steps_per_stage). "
+                f"It needs about {need} steps: raise training.max_steps / num_train_epochs, lower the floor, "
+                "or use fewer stages (training.num_stages)"
+            )
+    return plan
 
 
-@dataclass
-class GenerationResult:
-    accuracy: float
-    mean_generated_tokens: float
-    n: int
-    samples: list[dict[str, Any]] = field(default_factory=list)
+def planned_steps(args, num_examples: int) -> int:
+    """The optimizer steps a ``Trainer`` with ``args`` will run on ``num_examples`` examples
+    (``max_steps`` when set, else epochs x steps per epoch as ``Trainer`` counts them)."""
+    if args.max_steps and args.max_steps > 0:
+        return int(args.max_steps)
+    world = max(int(getattr(args, "world_size", 1) or 1), 1)
+    per_batch = args.per_device_train_batch_size * world
+    batches = num_examples // per_batch if args.dataloader_drop_last else -(-num_examples // per_batch)
+    accum = args.gradient_accumulation_steps
+    per_epoch = max(batches // accum + int(batches % accum > 0), 1)
+    return int(math.ceil(args.num_train_epochs * per_epoch))
 
 
-class GenerationEvaluator:
-    """Greedy generation on a list of examples with the method's prompts, graded by ``grade``.
-
-    ``grade(text, example) -> bool`` defaults to ``task.grade(text, example).correct``. Generation stops
-    at the tokenizer's EOS (trained checkpoints end their answer with it). The prompt is tokenized
-    the way the HF backend does (``tokenizer(text)``), left-padded.
-    """
-
-    def __init__(
-        self,
-        tokenizer,
-        examples: Sequence[Example],
-        *,
-        task: Any = None,
-        grade: Callable[[str, Example], bool] | None = None,
-        max_new_tokens: int = 128,
-        batch_size: int = 32,
-        keep_samples: int = 5,
-    ) -> None:
-        if grade is None:
-            if task is None or not hasattr(task, "grade"):
-                raise ValueError("GenerationEvaluator needs a task with .grade or a grade function")
-            grade = lambda text, ex: bool(task.grade(text, ex).correct)  # noqa: E731
-        self.tokenizer = tokenizer
-        self.examples = list(examples)
-        self.task = task
-        self.grade = grade
-        self.max_new_tokens = max_new_tokens
-        self.batch_size = batch_size
-        self.keep_samples = keep_samples
-
-    @torch.no_grad()
-    def evaluate(self, model, method) -> GenerationResult:
-        tok = self.tokenizer
-        was_training = model.training
-        model.eval()
-        eos = tok.eos_token_id
-        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-        device = next(model.parameters()).device
-        correct = 0
-        n_tokens = 0
-        samples: list[dict[str, Any]] = []
-        try:
-            for start in range(0, len(self.examples), self.batch_size):
-                batch = self.examples[start : start + self.batch_size]
-                prompts = [method.prompt(ex, self.task).text for ex in batch]
-                ids = [list(tok(p)["input_ids"]) for p in prompts]
-                width = max(len(x) for x in ids)
-                input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
-                attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
-                out = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    max_new_tokens=self.max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=eos,
-                    pad_token_id=pad,
-                )
-                for ex, prompt, row in zip(batch, prompts, out[:, width:].tolist()):
-                    gen = []
-                    for t in row:
-                        if t == eos:
-                            gen.append(t)  # EOS counts as a generated token, padding after it does not
-                            break
-                        gen.append(t)
-                    text = tok.decode([t for t in gen if t != eos], skip_special_tokens=False)
-                    ok = bool(self.grade(text, ex))
-                    correct += ok
-                    n_tokens += len(gen)
-                    if len(samples) < self.keep_samples:
-                        samples.append({"id": ex.id, "prompt": prompt, "completion": text, "correct": ok})
-        finally:
-            if was_training:
-                model.train()
-        n = len(self.examples)
-        return GenerationResult(correct / max(n, 1), n_tokens / max(n, 1), n, samples)
+def curriculum_plan_for(args, method, num_examples: int) -> StagePlan:
+    """The stage plan of a run with ``args`` (an ``AnchoredSFTConfig``) on ``num_examples``
+    examples, checked as :class:`CurriculumCallback` will check it at train begin: call it before
+    building anything to refuse a curriculum that does not fit the budget."""
+    method_stages = int(getattr(method, "num_stages", 1) or 1)
+    stages = min(args.num_stages, method_stages) if args.num_stages else method_stages
+    return plan_curriculum(
+        num_stages=stages,
+        schedule=args.curriculum_schedule,
+        epochs_per_stage=args.epochs_per_stage,
+        schedule_epochs=args.curriculum_epochs if args.curriculum_epochs is not None else float(args.num_train_epochs),
+        stage_fraction=args.stage_fraction,
+        first_stage=args.curriculum_first_stage,
+        total_steps=planned_steps(args, num_examples),
+        min_steps_per_stage=args.curriculum_min_steps_per_stage,
+    )
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -146,12 +179,13 @@ class TimeBudgetCallback(TrainerCallback):
         self.seconds = seconds
         self.start: float | None = None
         self.stopped_early = False
+        self.spent_before = 0.0  # wall time of earlier sessions of a resumed run (train/checkpointing.py)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
 
     def elapsed(self) -> float:
-        return 0.0 if self.start is None else time.monotonic() - self.start
+        return self.spent_before + (0.0 if self.start is None else time.monotonic() - self.start)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.seconds is not None and self.elapsed() >= self.seconds:
@@ -168,6 +202,8 @@ class CurriculumCallback(TrainerCallback):
     ``collator`` needs ``set_stage(int)``; ``method`` is the method at its final stage (its
     ``num_stages`` and ``with_stage``). ``evaluator`` may be None (no validation, no best checkpoint).
     ``history`` records every evaluation and stage switch (written to the run's output folder).
+    The stage plan (:func:`plan_curriculum`) is fixed at the start of training from the run's step
+    count (``state.max_steps``); ``schedule_epochs`` defaults to ``args.num_train_epochs``.
     """
 
     def __init__(
@@ -180,6 +216,9 @@ class CurriculumCallback(TrainerCallback):
         epochs_per_stage: float = 5.0,
         stage_fraction: float | None = None,
         num_stages: int | None = None,
+        schedule_epochs: float | None = None,
+        first_stage: int = 0,
+        min_steps_per_stage: int = 0,
         reset_optimizer: bool = True,
         max_train_seconds: float | None = None,
         evaluator: GenerationEvaluator | None = None,
@@ -196,6 +235,12 @@ class CurriculumCallback(TrainerCallback):
         self.stage_fraction = stage_fraction
         method_stages = int(getattr(method, "num_stages", 1) or 1)
         self.num_stages = min(num_stages, method_stages) if num_stages else method_stages
+        self.schedule_epochs = schedule_epochs
+        self.first_stage = int(first_stage) if curriculum else 0
+        self.min_steps_per_stage = int(min_steps_per_stage or 0)
+        self.plan: StagePlan | None = None
+        if curriculum:  # bad settings fail now, before any training; the step floor is checked at train begin
+            self.make_plan(None, schedule_epochs if schedule_epochs is not None else 1e9 if schedule == "epochs" else None)
         self.reset_optimizer = reset_optimizer
         self.max_train_seconds = max_train_seconds
         self.evaluator = evaluator
@@ -204,14 +249,15 @@ class CurriculumCallback(TrainerCallback):
         self.keep_best = keep_best
         self.final_stage = self.num_stages - 1 if curriculum else self._own_stage()
         self.best_from_stage = self.final_stage if best_from_stage is None else best_from_stage
-        self.stage = 0 if curriculum else self.final_stage
+        self.stage = self.first_stage if curriculum else self.final_stage
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
         self._best_state: dict[str, torch.Tensor] | None = None
         self._start: float | None = None
+        self._spent_before = 0.0  # wall time of earlier sessions of a resumed run
         self.optimizer_resets = 0
         if curriculum:
-            collator.set_stage(0)
+            collator.set_stage(self.stage)
 
     def _own_stage(self) -> int:
         stage = getattr(self.method, "stage", None)
@@ -222,31 +268,53 @@ class CurriculumCallback(TrainerCallback):
             return self.method
         return self.method.with_stage(stage)
 
+    # -- resume (train/checkpointing.py stores export_state() in every checkpoint) --------------
+    def export_state(self) -> dict[str, Any]:
+        return {"stage": self.stage, "history": self.history, "best": self.best, "optimizer_resets": self.optimizer_resets}
+
+    def restore_state(self, saved: dict[str, Any], *, seconds_spent: float = 0.0, best_weights=None) -> None:
+        """Continue a resumed run where its checkpoint was saved: stage (the collator renders it from
+        the first resumed step), history, best record and weights, and the time already spent."""
+        self.stage = int(saved.get("stage", self.stage))
+        self.history = list(saved.get("history") or [])
+        self.best = saved.get("best")
+        self._best_state = best_weights
+        self.optimizer_resets = int(saved.get("optimizer_resets", 0))
+        self._spent_before = float(seconds_spent)
+        if self.curriculum:
+            self.collator.set_stage(self.stage)
+
     # -- schedule -----------------------------------------------------------------------------
     def _progress(self, state) -> float:
         steps = state.global_step / state.max_steps if state.max_steps and state.max_steps > 0 else 0.0
-        elapsed = time.monotonic() - self._start if self._start is not None else 0.0
+        elapsed = self._spent_before + (time.monotonic() - self._start if self._start is not None else 0.0)
         timed = elapsed / self.max_train_seconds if self.max_train_seconds else 0.0
         return max(steps, timed)
 
-    def target_stage(self, state) -> int:
-        if not self.curriculum:
-            return self.stage
-        return stage_for(
-            schedule=self.schedule,
+    def make_plan(self, total_steps: int | None, schedule_epochs: float | None) -> StagePlan:
+        """The stage plan for a run of ``total_steps`` optimizer steps (see :func:`plan_curriculum`)."""
+        return plan_curriculum(
             num_stages=self.num_stages,
-            epoch=float(state.epoch or 0.0),
+            schedule=self.schedule,
             epochs_per_stage=self.epochs_per_stage,
-            progress=self._progress(state),
+            schedule_epochs=schedule_epochs,
             stage_fraction=self.stage_fraction,
+            first_stage=self.first_stage,
+            total_steps=total_steps,
+            min_steps_per_stage=self.min_steps_per_stage,
         )
+
+    def target_stage(self, state) -> int:
+        if not self.curriculum or self.plan is None:
+            return self.stage
+        return self.plan.stage_at(self._progress(state))
 
     # -- evaluation ---------------------------------------------------------------------------
     def _evaluate(self, model, state, reason: str) -> dict[str, Any] | None:
         if self.evaluator is None or model is None:
             return None
         t0 = time.monotonic()
-        result = self.evaluator.evaluate(model, self.method_at(self.stage))
+        result = self.evaluator.evaluate(model, self.method_at(self.stage), name=f"step-{state.global_step:07d}")
         record = {
             "event": "eval",
             "reason": reason,
@@ -273,7 +341,19 @@ class CurriculumCallback(TrainerCallback):
     # -- hooks --------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         self._start = time.monotonic()
-        self.history.append({"event": "stage", "step": state.global_step, "stage": self.stage})
+        if self.curriculum:
+            epochs = self.schedule_epochs if self.schedule_epochs is not None else float(args.num_train_epochs)
+            # a time budget may end the run sooner; the step count is still an upper bound to check
+            total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
+            self.plan = self.make_plan(total, epochs)
+            steps = self.plan.steps
+            logger.info(
+                "curriculum: stages %s, ending at %s of the run%s", list(self.plan.stages),
+                ", ".join(f"{e:.3f}" for e in self.plan.ends),
+                f" (steps per stage {steps})" if steps else "",
+            )
+        if not any(h.get("event") == "stage" for h in self.history):
+            self.history.append({"event": "stage", "step": state.global_step, "stage": self.stage})
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         new_stage = self.target_stage(state)
@@ -292,7 +372,22 @@ class CurriculumCallback(TrainerCallback):
             self._evaluate(model, state, f"every {self.eval_steps} steps")
         return control
 
+    def stage_steps(self, final_step: int) -> dict[int, int]:
+        """Optimizer steps trained at each stage, from the history's stage switches."""
+        switches = [(h["step"], h["stage"]) for h in self.history if h.get("event") == "stage"]
+        out: dict[int, int] = {}
+        for (step, stage), nxt in zip(switches, [s for s, _ in switches[1:]] + [final_step]):
+            out[stage] = out.get(stage, 0) + max(nxt - step, 0)
+        return out
+
     def on_train_end(self, args, state, control, model=None, **kwargs):
+        if self.curriculum and self.min_steps_per_stage:
+            short = {s: n for s, n in self.stage_steps(state.global_step).items() if n < self.min_steps_per_stage}
+            if short:  # only a time budget gets here (a known step count was checked at the start)
+                logger.warning(
+                    "curriculum: stage(s) %s trained fewer steps than the floor of %d (%s); the time budget was too short",
+                    sorted(short), self.min_steps_per_stage, short,
+                )
         self._evaluate(model, state, "end of training")
         if self.keep_best and self._best_state is not None and model is not None:
             last = self.history[-1] if self.history and self.history[-1].get("event") == "eval" else None

@@ -47,11 +47,16 @@ AR_SCHEMA: dict[str, Any] = {
         "tokenizer": None,  # "train" (BPE on the training text), or a path / Hub id / alias
         "tokenizer_vocab_size": None,
         "dtype": None,
+        "revision": None,  # a Hub revision (commit, tag, branch) for ``name``; ignored for a local directory
     },
     "method": {"name": None, "options": None},
     "data": {
-        "train": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None},
-        "valid": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None},
+        # holdout: N -- the last N examples of the split are the validation set (data.valid) and
+        # are left out of training (data.train), for tasks without a validation split (GSM8K)
+        "train": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
+                  "holdout": None},
+        "valid": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
+                  "holdout": None},
     },
     "training": "training",
 }
