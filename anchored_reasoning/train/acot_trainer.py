@@ -53,6 +53,20 @@ class AnchoredSFTConfig(SFTConfig):
                   "'fraction': stage_fraction of the run per stage"},
     )
     epochs_per_stage: float = field(default=5.0, metadata={"help": "epochs per curriculum stage (schedule 'epochs')"})
+    curriculum_epochs: float | None = field(
+        default=None,
+        metadata={"help": "length of the paper's schedule in epochs (50 logic, 25 GSM8K; default num_train_epochs): "
+                  "a run of another length gives each stage the same share of its steps"},
+    )
+    curriculum_first_stage: int = field(default=0, metadata={"help": "the stage training starts at (GSM8K: 1, no CoT stage)"})
+    curriculum_min_steps_per_stage: int = field(
+        default=50, metadata={"help": "floor of optimizer steps per stage; a run that cannot give it is refused"}
+    )
+    effective_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "examples per optimizer step (Coconut: 128); sets gradient_accumulation_steps = "
+                  "effective_batch_size / (per_device_train_batch_size x processes)"},
+    )
     stage_fraction: float | None = field(
         default=None,
         metadata={"help": "share of training per non-final stage (schedule 'fraction'); default: half the run for the curriculum"},
@@ -78,20 +92,6 @@ class AnchoredSFTConfig(SFTConfig):
     bf16: bool | None = False
     remove_unused_columns: bool = False
     ddp_find_unused_parameters: bool | None = False
-    curriculum_epochs: float | None = field(
-        default=None,
-        metadata={"help": "length of the paper's schedule in epochs (50 logic, 25 GSM8K; default num_train_epochs): "
-                  "a run of another length gives each stage the same share of its steps"},
-    )
-    curriculum_first_stage: int = field(default=0, metadata={"help": "the stage training starts at (GSM8K: 1, no CoT stage)"})
-    curriculum_min_steps_per_stage: int = field(
-        default=50, metadata={"help": "floor of optimizer steps per stage; a run that cannot give it is refused"}
-    )
-    effective_batch_size: int | None = field(
-        default=None,
-        metadata={"help": "examples per optimizer step (Coconut: 128); sets gradient_accumulation_steps = "
-                  "effective_batch_size / (per_device_train_batch_size x processes)"},
-    )
     dataset_kwargs: dict | str | None = field(default_factory=lambda: {"skip_prepare_dataset": True})
     report_to: str | list[str] | None = "none"
     save_strategy: str = "no"
@@ -107,7 +107,17 @@ class AnchoredSFTConfig(SFTConfig):
         super().__post_init__()
         from anchored_reasoning.errors import ConfigError
 
+        if self.curriculum_schedule not in ("epochs", "fraction"):
             raise ConfigError(f"curriculum_schedule must be 'epochs' or 'fraction', got {self.curriculum_schedule!r}")
+        if self.effective_batch_size is not None:
+            per_step = self.per_device_train_batch_size * max(int(self.world_size or 1), 1)
+            accum, rest = divmod(int(self.effective_batch_size), per_step)
+            if accum < 1 or rest:
+                raise ConfigError(
+                    f"effective_batch_size={self.effective_batch_size} is not a multiple of per_device_train_batch_size "
+                    f"({self.per_device_train_batch_size}) x processes ({self.world_size}) = {per_step}"
+                )
+            self.gradient_accumulation_steps = accum
 
 
 class AnchoredSFTTrainer(SFTTrainer):
@@ -135,17 +145,7 @@ class AnchoredSFTTrainer(SFTTrainer):
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """Fetch the next batches; re-render any that the data loader collated before a curriculum
-        if self.curriculum_schedule not in ("epochs", "fraction"):
         stage switch (accelerate prefetches one batch), so every step trains on the current stage."""
-        if self.effective_batch_size is not None:
-            per_step = self.per_device_train_batch_size * max(int(self.world_size or 1), 1)
-            accum, rest = divmod(int(self.effective_batch_size), per_step)
-            if accum < 1 or rest:
-                raise ConfigError(
-                    f"effective_batch_size={self.effective_batch_size} is not a multiple of per_device_train_batch_size "
-                    f"({self.per_device_train_batch_size}) x processes ({self.world_size}) = {per_step}"
-                )
-            self.gradient_accumulation_steps = accum
         from anchored_reasoning.train.collate import ROWS_KEY, STAGE_KEY
 
         batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)

@@ -250,12 +250,15 @@ def run_with_examples(
         options["k"] = config.num_anchor_slots  # training.num_anchor_slots sets k unless the method options do
     method = get_method(method_cfg["name"], style="trained", **options)
     task = grader_for(task_name) if config.generation_eval else None
+    if config.curriculum:  # a curriculum that cannot fit the run's steps is refused before any model is built
+        curriculum_plan_for(config, method, len(train_examples))
 
     output_dir.mkdir(parents=True, exist_ok=True)
     needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
     texts = training_texts(train_examples[:5000], method, task_name) if needs_tokenizer else []
     model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed)
     logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
+    anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
 
     collator = AnchoredCollator(
         tokenizer, method, task=task_name, ant_token=config.ant_token, max_length=config.max_length,
@@ -268,19 +271,20 @@ def run_with_examples(
             valid_examples[: config.generation_eval_samples],
             task=task,
             max_new_tokens=config.generation_max_new_tokens,
-    if config.curriculum:  # a curriculum that cannot fit the run's steps is refused before any model is built
-        curriculum_plan_for(config, method, len(train_examples))
             batch_size=config.generation_batch_size,
+            out_dir=output_dir / "validation",
         )
     curriculum = CurriculumCallback(
         collator,
         method,
         curriculum=config.curriculum,
-    anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
         schedule=config.curriculum_schedule,
         epochs_per_stage=config.epochs_per_stage,
         stage_fraction=config.stage_fraction,
         num_stages=config.num_stages,
+        schedule_epochs=config.curriculum_epochs,
+        first_stage=config.curriculum_first_stage,
+        min_steps_per_stage=config.curriculum_min_steps_per_stage,
         reset_optimizer=config.reset_optimizer_on_stage,
         max_train_seconds=config.max_train_seconds,
         evaluator=evaluator,
@@ -290,7 +294,6 @@ def run_with_examples(
         best_from_stage=config.best_from_stage,
     )
     budget = TimeBudgetCallback(config.max_train_seconds)
-            out_dir=output_dir / "validation",
     trainer = AnchoredSFTTrainer(
         model=model,
         args=config,
@@ -300,9 +303,6 @@ def run_with_examples(
         callbacks=[budget, curriculum],
     )
     t_train = time.monotonic()
-        schedule_epochs=config.curriculum_epochs,
-        first_stage=config.curriculum_first_stage,
-        min_steps_per_stage=config.curriculum_min_steps_per_stage,
     trainer.train()
     train_seconds = time.monotonic() - t_train
 
@@ -334,6 +334,7 @@ def run_with_examples(
             "optimizer_resets": curriculum.optimizer_resets,
             "best": curriculum.best,
             "collator_stats": collator.stats,
+            "anchor_labels": anchor_check,
             "examples_fewer_anchors": trainer.examples_fewer_anchors,
             "examples_no_anchors": trainer.examples_no_anchors,
             "curriculum_history": curriculum.history,
@@ -344,4 +345,3 @@ def run_with_examples(
     trainer.accelerator.wait_for_everyone()
     logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
     return output_dir
-            "anchor_labels": anchor_check,
