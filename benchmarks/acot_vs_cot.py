@@ -101,7 +101,7 @@ def task_data(task: str, args) -> tuple[list, list]:
 
 
 def run_one(task: str, method: str, seed: int, train: list, test: list, tokenizer: Path, args) -> dict[str, Any]:
-    from anchored_reasoning.commands import demo
+    from anchored_reasoning import demo
     from anchored_reasoning.train import ar
 
     run_dir = Path(args.work) / task / method / f"seed{seed}"
@@ -134,7 +134,7 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
 
 
 def _backbone(args) -> str | None:
-    from anchored_reasoning.commands.demo import parse_backbone
+    from anchored_reasoning.demo import parse_backbone
 
     return parse_backbone(args.backbone)
 
@@ -289,7 +289,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     if not os.environ.get("ANCHORED_REASONING_DATA"):
         log.warning("ANCHORED_REASONING_DATA is unset: the real test splits come from the Hub (needs network)")
-    from anchored_reasoning.commands.demo import shared_tokenizer
+    from anchored_reasoning.demo import shared_tokenizer
 
     t_start = time.monotonic()
     out = Path(args.out)

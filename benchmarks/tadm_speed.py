@@ -167,7 +167,7 @@ def round_robin_seconds(runs: dict[str, tuple], prompt, cfg, repeats: int) -> di
 
 def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
     """SFT an ADLM on small generated ProsQA, then post-train a TADM from it (reused when present)."""
-    from anchored_reasoning.commands.demo import DEMO_SIZE
+    from anchored_reasoning.demo import DEMO_SIZE
     from anchored_reasoning.train import diffusion as dtrain
     from anchored_reasoning.train import tadm as ttrain
 
@@ -238,7 +238,7 @@ def prosqa_phase(args) -> dict:
     """Train the reasoning-tuned ADLM/TADM pair and measure accuracy and tokens/s per K (see the module doc)."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from anchored_reasoning.commands.demo import DEMO_SIZE, DemoSettings, make_data, real_test
+    from anchored_reasoning.demo import DEMO_SIZE, DemoSettings, make_data, real_test
     from anchored_reasoning.eval.runner import build_method
 
     settings = DemoSettings(seed=args.prosqa_seed, train_n=args.prosqa_train_n, eval_n=args.prosqa_eval_n,

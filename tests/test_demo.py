@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from anchored_reasoning.commands import demo
+from anchored_reasoning import demo
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +30,10 @@ def test_demo_runs_end_to_end_at_a_tiny_budget(tmp_path, monkeypatch, capsys):
     for name, r in summary["methods"].items():
         g = r["generated"]
         assert g["n"] == 12, name
+        assert sorted(g["by_hops"]) == ["1", "2", "3"] and sum(h["n"] for h in g["by_hops"].values()) == 12
+        pr = r["probe"]
+        assert pr["swapped"]["n"] == 12 and 0.0 <= pr["flip_rate"]["mean"] <= 1.0
+        assert set(pr["by_hops"]) == {"1", "2", "3"}
         assert 0.0 <= g["accuracy"] <= 1.0
         assert g["mean_generated_tokens"] > 0 and not math.isnan(g["mean_generated_tokens"])
         assert r["steps"] >= 1
@@ -40,6 +44,8 @@ def test_demo_runs_end_to_end_at_a_tiny_budget(tmp_path, monkeypatch, capsys):
         if data:
             assert r["real_prosqa"]["n"] == 6
     assert summary["scale"]["train_seconds_per_method"] > 0
+    assert max(summary["surface_rules_on_held_out"].values()) <= 1.0  # scored on the held-out problems
+    assert "Binding probe" in printed and "answer flips" in printed
     assert summary["methods"]["acot"]["stages_planned"] > 1  # the curriculum was scheduled
     assert (out / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| method |" in (out / "results.md").read_text()

@@ -1,0 +1,345 @@
+"""The demo (``anchored-reasoning demo``): No-CoT vs CoT vs pause vs ACoT on generated ProsQA, on a CPU, in minutes.
+
+    anchored-reasoning demo                          # ~10 minutes of work on 2 CPU cores
+    anchored-reasoning demo --budget-minutes 5 --out runs/demo-5min --seed 1
+
+What it does, offline:
+
+1. generates small ProsQA problems without surface shortcuts: Coconut's construction at the
+   depth-ladder sizes of 1, 2 and 3 hops (8-16 nodes drawn), the wrong option as deep as the
+   right one (``neg_depth="match"``), equal shares per depth -- training and held-out problems
+   from different seeds, held-out questions that also occur in training removed. The surface-rule
+   baselines of :mod:`anchored_reasoning.generators.shortcuts` are scored on the held-out
+   problems and written beside the results (all near 0.5);
+2. fine-tunes the shipped ``logic-gpt2`` backbone once per method, each for the same wall-clock
+   budget (``--backbone none``: a 2-layer GPT-2 from scratch); ACoT and pause follow the paper's
+   curriculum (one more slot and one reasoning step fewer per stage), scaled to the budget;
+3. evaluates each checkpoint through the evaluation runner (HF backend, greedy) on the held-out
+   problems, per answer depth, and under the **binding probe** (the same problems asked about the
+   other entity: the right answer flips; :mod:`anchored_reasoning.eval.probes`); optionally on the
+   first ``--real-n`` problems of the real ProsQA test split (full-size graphs, out of distribution);
+4. prints a table and writes ``summary.json``, ``results.md`` and ``demo.png`` to ``--out``.
+
+Rerunning with the same settings reuses finished checkpoints and evaluations.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEMO_METHODS = ["nocot", "cot", "pause", "acot"]
+#: Answer depths of the demo's problems, one generator size each (generators.prosqa.ladder_size).
+DEMO_HOPS = [1, 2, 3]
+#: One representative single-size setting (the 2-hop ladder size), for callers that need one size.
+DEMO_SIZE = {"num_nodes": 12, "min_hops": 2, "max_hops": 2, "neg_depth": "match"}
+METHOD_OPTIONS: dict[str, dict[str, Any]] = {
+    "nocot": {},
+    "cot": {},
+    "pause": {"k": 3, "remove_steps_per_stage": 1},  # ACoT's exact schedule, no anchor loss
+    "acot": {"k": 3, "remove_steps_per_stage": 1},
+    "stepwise": {"stages": 2},
+}
+CURRICULUM = {"acot", "pause", "stepwise"}
+
+
+@dataclass
+class DemoSettings:
+    """Everything that determines a demo run (a rerun with equal settings resumes)."""
+
+    methods: list[str] = field(default_factory=lambda: list(DEMO_METHODS))
+    seed: int = 0
+    budget_minutes: float = 12.0
+    train_n: int = 20000
+    eval_n: int = 240  # held-out problems, split equally over ``hops``
+    real_n: int = 0
+    #: answer depths (ladder sizes) of the problems; ``size`` (a generator size) overrides them
+    hops: list[int] = field(default_factory=lambda: list(DEMO_HOPS))
+    size: dict[str, Any] | None = None
+    probe: bool = True
+    #: Model every method fine-tunes: a checkpoint, alias or Hub id (default: the shipped
+    #: ``logic-gpt2`` backbone); None trains ``preset`` from scratch with a tokenizer trained here.
+    backbone: str | None = "logic-gpt2"
+    preset: str = "gpt2-tiny"
+    learning_rate: float = 1e-3
+    batch_size: int = 32
+    max_new_tokens: int = 64
+    real_max_new_tokens: int = 128
+    threads: int | None = None
+
+
+def parse_backbone(value: str | None) -> str | None:
+    """``--backbone`` as typed -> the model to fine-tune, or None for from scratch ('none', 'scratch', '')."""
+    return None if value is None or str(value).lower() in ("none", "scratch", "") else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def _sizes(settings: DemoSettings) -> list[dict[str, Any]]:
+    from anchored_reasoning.generators.prosqa import ladder_size
+
+    return [dict(settings.size)] if settings.size else [ladder_size(h) for h in settings.hops]
+
+
+def make_data(settings: DemoSettings) -> tuple[list, list]:
+    """(training problems, held-out problems): equal shares of every size, held-out questions unseen in training."""
+    from anchored_reasoning.generators.prosqa import generate_dataset
+
+    sizes = _sizes(settings)
+    train: list = []
+    for i, size in enumerate(sizes):
+        n = settings.train_n // len(sizes) + (1 if i < settings.train_n % len(sizes) else 0)
+        train += generate_dataset(n, seed=settings.seed * 100 + i, split=f"demo-train{i}", **size)
+    import random
+
+    random.Random(settings.seed).shuffle(train)
+    seen = {ex.question for ex in train}
+    held: list = []
+    for i, size in enumerate(sizes):
+        want = settings.eval_n // len(sizes) + (1 if i < settings.eval_n % len(sizes) else 0)
+        got: list = []
+        batch_seed = settings.seed * 100 + 10_000 + i * 1000
+        while len(got) < want:
+            fresh = generate_dataset(max(want * 2, 50), seed=batch_seed, split=f"demo-test{batch_seed}", **size)
+            got.extend(ex for ex in fresh if ex.question not in seen)
+            seen.update(ex.question for ex in fresh)
+            batch_seed += 1
+        held += got[:want]
+    for i, ex in enumerate(held):
+        ex.id = f"demo-test-{i}"
+    return train, held
+
+
+def real_test(settings: DemoSettings) -> list:
+    """The first ``real_n`` problems of the real ProsQA test split, or [] when no local data is set."""
+    if settings.real_n <= 0 or not os.environ.get("ANCHORED_REASONING_DATA"):
+        return []
+    from anchored_reasoning.tasks import get_task
+
+    try:
+        return list(get_task("prosqa").load("test", limit=settings.real_n))
+    except Exception as exc:  # noqa: BLE001 - the real split is optional for the demo
+        log.warning("real ProsQA test split not loaded (%s); evaluating on generated problems only", exc)
+        return []
+
+
+def shared_tokenizer(train: list, out: Path, methods: list[str]) -> Path:
+    """One tokenizer for every method, trained on every method's rendered text."""
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.methods.anchored import add_special_tokens
+    from anchored_reasoning.train.ar import build_tokenizer_from_texts, training_texts
+
+    path = out / "tokenizer"
+    if (path / "tokenizer.json").is_file():
+        return path
+    texts: list[str] = []
+    for name in methods:
+        method = get_method(name, style="trained", **METHOD_OPTIONS.get(name, {}))
+        texts.extend(training_texts(train[:2000], method, "prosqa"))
+    tok = build_tokenizer_from_texts(texts, path, vocab_size=512)
+    add_special_tokens(tok)
+    tok.save_pretrained(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# train + evaluate one method
+
+
+def method_recipe(
+    name: str,
+    settings: DemoSettings,
+    tokenizer: Path | None,
+    out_dir: Path,
+    train_seconds: float,
+    *,
+    task: str = "prosqa",
+    options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``ar`` recipe of one time-boxed run (also used by benchmarks/acot_vs_cot.py).
+
+    With ``settings.backbone`` the run fine-tunes that model (and its tokenizer); otherwise it
+    trains ``settings.preset`` from scratch with ``tokenizer``."""
+    curriculum = name in CURRICULUM
+    if settings.backbone:
+        model = {"name": settings.backbone}
+    else:
+        if tokenizer is None:
+            raise ValueError("a from-scratch run (backbone=None) needs a tokenizer")
+        model = {"preset": settings.preset, "tokenizer": str(tokenizer)}
+    return {
+        "trainer": "ar",
+        "task": task,
+        "seed": settings.seed,
+        "output_dir": str(out_dir),
+        "model": model,
+        "method": {"name": name, "options": dict(METHOD_OPTIONS.get(name, {}) if options is None else options)},
+        "training": {
+            "max_steps": 1_000_000,  # the time budget stops training
+            "max_train_seconds": float(train_seconds),
+            "per_device_train_batch_size": settings.batch_size,
+            "learning_rate": settings.learning_rate,
+            "lr_scheduler_type": "constant_with_warmup",
+            "warmup_steps": 20,
+            "weight_decay": 0.0,
+            "logging_steps": 25,
+            "curriculum": curriculum,
+            "curriculum_schedule": "fraction",
+            "reset_optimizer_on_stage": True,
+            "generation_eval": False,
+            "disable_tqdm": True,
+            "dataloader_pin_memory": False,
+        },
+    }
+
+
+def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path | None, out: Path, train_seconds: float) -> dict[str, Any]:
+    from anchored_reasoning.train import ar
+
+    ckpt = out / name / "model"
+    done = ckpt / "train_summary.json"
+    if done.is_file() and (ckpt / "anchored_reasoning.json").is_file():
+        log.info("%s: reusing the finished checkpoint in %s", name, ckpt)
+    else:
+        recipe = method_recipe(name, settings, tokenizer, ckpt, train_seconds)
+        ar.run_with_examples(recipe, train, [])
+    summary = json.loads(done.read_text())
+    losses = [h for h in summary["log_history"] if "lm_loss" in h]
+    return {
+        "checkpoint": str(ckpt),
+        "steps": summary["global_steps"],
+        "train_seconds": summary["train_seconds"],
+        "final_stage": summary["final_stage"],
+        "stages_planned": summary["stages_planned"],
+        "final_lm_loss": losses[-1]["lm_loss"] if losses else None,
+        "final_anchor_loss": next((h["anchor_loss"] for h in reversed(losses) if "anchor_loss" in h), None),
+        "final_anchor_accuracy": next((h["anchor_accuracy"] for h in reversed(losses) if "anchor_accuracy" in h), None),
+    }
+
+
+def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int, task: str = "prosqa",
+             hops: dict[str, int] | None = None) -> dict[str, Any]:
+    """Greedy evaluation through the runner, prompting the checkpoint with the method it was trained
+    with; with ``hops`` (example id -> answer depth) also the accuracy per depth."""
+    from anchored_reasoning.backends import get_backend
+    from anchored_reasoning.eval.probes import accuracy_by
+    from anchored_reasoning.eval.runner import build_method, load_records, run_eval
+
+    backend = get_backend("hf", ckpt, batch_size=64, device="cpu")
+    method = build_method(None, ckpt)
+    summary = run_eval(task, backend, method, out_dir=out_dir, examples=examples, max_new_tokens=max_new_tokens, progress=False)
+    acc = summary["accuracy"]
+    out = {
+        "accuracy": acc["mean"],
+        "accuracy_ci95": [acc["ci_low"], acc["ci_high"]],
+        "mean_generated_tokens": summary["tokens"]["mean"],
+        "n": acc["n"],
+        "no_answer": summary["counts"]["no_answer"],
+        "truncated": summary["counts"]["truncated"],
+        "eval_seconds": summary.get("wall_seconds"),
+        "records": str(Path(out_dir) / "records.jsonl"),
+    }
+    if hops:
+        out["by_hops"] = {h: {"accuracy": r["mean"], "accuracy_ci95": [r["ci_low"], r["ci_high"]], "n": r["n"]}
+                          for h, r in accuracy_by(load_records(out["records"]), hops).items()}
+    return out
+
+
+def probe(ckpt: str, held: list, swapped: list, out_dir: Path, max_new_tokens: int, hops: dict[str, int]) -> dict[str, Any]:
+    """The binding probe of one checkpoint: the swapped problems evaluated, paired with the originals."""
+    from anchored_reasoning.eval.probes import probe_summary
+    from anchored_reasoning.eval.runner import load_records
+
+    swap = evaluate(ckpt, swapped, out_dir / "eval_swapped", max_new_tokens)
+    figures = probe_summary(load_records(out_dir / "eval_generated" / "records.jsonl"), load_records(swap["records"]), hops)
+    return {"swapped": swap, **figures}
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole demo
+
+
+def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
+    import torch
+
+    from anchored_reasoning.demo_report import plot, render_table
+    from anchored_reasoning.eval.probes import binding_probe_examples, hops_of
+    from anchored_reasoning.generators.shortcuts import example_problems, rule_scores
+
+    t0 = time.monotonic()
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    out.mkdir(parents=True, exist_ok=True)
+    settings_file = out / "demo_settings.json"
+    identity = {k: v for k, v in asdict(settings).items() if k != "threads"}  # threads do not change what is trained
+    current = json.dumps(identity, sort_keys=True)
+    if settings_file.is_file() and settings_file.read_text().strip() != current:
+        from anchored_reasoning.errors import ResumeError
+
+        raise ResumeError(f"{out} holds a demo run with other settings ({settings_file}); use another --out or remove it")
+    settings_file.write_text(current + "\n")
+
+    train, held = make_data(settings)
+    hops = {ex.id: hops_of(ex) for ex in held}
+    swapped = binding_probe_examples(held) if settings.probe else []
+    shortcuts = rule_scores(example_problems(held))
+    real = real_test(settings)
+    tokenizer = None if settings.backbone else shared_tokenizer(train, out, settings.methods)
+    setup_s = time.monotonic() - t0
+
+    # Equal training time per method; evaluation time is reserved up front from a rough per-example cost.
+    budget = settings.budget_minutes * 60.0
+    eval_reserve = len(settings.methods) * (5.0 + 0.06 * (len(held) + len(swapped)) + 0.25 * len(real))
+    train_seconds = max(2.0, (budget - setup_s - eval_reserve) / max(len(settings.methods), 1))
+    log.info("demo: %d train / %d held-out generated problems (%d swapped), %d real; %.0fs of training per method",
+             len(train), len(held), len(swapped), len(real), train_seconds)
+
+    results: dict[str, Any] = {}
+    for name in settings.methods:
+        t_m = time.monotonic()
+        info = train_method(name, train, settings, tokenizer, out, train_seconds)
+        info["generated"] = evaluate(info["checkpoint"], held, out / name / "eval_generated", settings.max_new_tokens, hops=hops)
+        if swapped:
+            info["probe"] = probe(info["checkpoint"], held, swapped, out / name, settings.max_new_tokens, hops)
+        if real:
+            info["real_prosqa"] = evaluate(info["checkpoint"], real, out / name / "eval_real", settings.real_max_new_tokens)
+        info["wall_seconds"] = round(time.monotonic() - t_m, 1)
+        results[name] = info
+        g = info["generated"]
+        log.info("%s: accuracy %.3f, %.1f tokens, %d steps", name, g["accuracy"], g["mean_generated_tokens"], info["steps"])
+
+    summary = {
+        "settings": asdict(settings),
+        "scale": {
+            "problems": (f"generated ProsQA, generator size {settings.size}" if settings.size else
+                         f"generated ProsQA, {', '.join(map(str, settings.hops))}-hop ladder sizes "
+                         "(wrong option as deep as the answer), equal shares"),
+            "model": (f"{settings.backbone} fine-tuned" if settings.backbone
+                      else f"{settings.preset} from scratch (see anchored_reasoning.train.ar.MODEL_PRESETS)"),
+            "train_seconds_per_method": round(train_seconds, 1),
+            "held_out": len(held),
+            "real_prosqa_test_examples": len(real),
+        },
+        "chance": 0.5,
+        "surface_rules_on_held_out": shortcuts,
+        "methods": results,
+        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                    "torch_threads": torch.get_num_threads()},
+        "total_seconds": round(time.monotonic() - t0, 1),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out / "results.md").write_text(render_table(summary) + "\n")
+    plot(summary, out / "demo.png")
+    return summary

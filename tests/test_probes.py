@@ -1,0 +1,63 @@
+"""The binding probe and the per-depth breakdown: swapped problems flip the answer; figures from records."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from anchored_reasoning.eval.probes import SWAP_SUFFIX, accuracy_by, binding_probe_examples, hops_of, probe_summary
+from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size, swapped_row
+from anchored_reasoning.tasks import get_task
+
+
+def test_swapped_problems_ask_the_other_entity_and_flip_the_answer():
+    held = generate_dataset(30, seed=3, **ladder_size(2))
+    swapped = binding_probe_examples(held)
+    assert len(swapped) == len(held)  # generated problems always have a swap
+    task = get_task("prosqa")
+    for ex, sw in zip(held, swapped):
+        assert sw.id == ex.id + SWAP_SUFFIX
+        assert sw.meta["entity"] != ex.meta["entity"]
+        assert sw.meta["answer_concept"] == ex.meta["neg_concept"] and sw.meta["neg_concept"] == ex.meta["answer_concept"]
+        # the facts are the same, only the asked entity changes
+        assert sw.question[: sw.question.rfind(" Is ")] == ex.question[: ex.question.rfind(" Is ")]
+        assert sw.question.endswith(ex.question[ex.question.rfind(" a ") :].replace(ex.meta["entity"], sw.meta["entity"]))
+        # the original answer is wrong for the swapped question and vice versa
+        assert task.grade(f"### {sw.answer}", sw).correct and not task.grade(f"### {ex.answer}", sw).correct
+        assert hops_of(sw) == 2 and hops_of(ex) == 2
+        # the swapped steps are a real chain from the other entity to its answer
+        assert sw.steps[0].startswith(sw.meta["entity"] + " is a ") and sw.steps[-1].endswith(sw.meta["answer_concept"] + ".")
+
+
+def test_a_row_without_a_well_defined_swap_is_left_out():
+    (row,) = [r for r in __import__("anchored_reasoning.generators.prosqa", fromlist=["x"]).generate_rows(1, seed=1, **ladder_size(1))]
+    bad = {**row, "edges": row["edges"] + [[row["root"], row["neg_target"]]]}  # asked entity now reaches the wrong option too
+    assert swapped_row(bad) is None
+
+
+def _rec(i, extracted, correct, swap=False):
+    return {"id": f"p{i}" + (SWAP_SUFFIX if swap else ""), "sample": 0, "extracted": extracted, "correct": correct}
+
+
+def test_probe_figures_from_records():
+    orig = [_rec(0, "a", True), _rec(1, "a", True), _rec(2, "b", False), _rec(3, None, False)]
+    swap = [_rec(0, "b", True, True), _rec(1, "a", False, True), _rec(2, "a", False, True), _rec(3, "a", True, True)]
+    s = probe_summary(orig, swap, hops={"p0": 1, "p1": 1, "p2": 2, "p3": 2})
+    assert s["flip_rate"]["mean"] == pytest.approx(2 / 4)  # p0 and p2 change; p3 unanswered counts as no flip
+    assert s["swap_accuracy"]["mean"] == pytest.approx(2 / 4)
+    assert s["both_right"]["mean"] == pytest.approx(1 / 4)
+    assert s["by_hops"]["1"]["flip_rate"]["mean"] == pytest.approx(0.5)
+    assert s["by_hops"]["2"]["both_right"]["mean"] == 0.0
+    acc = accuracy_by(orig, {"p0": 1, "p1": 1, "p2": 2, "p3": 2})
+    assert acc["1"]["mean"] == 1.0 and acc["2"]["mean"] == 0.0 and acc["1"]["n"] == 2
+    with pytest.raises(ValueError, match="no problem"):
+        probe_summary(orig, [])
+
+
+@pytest.mark.data
+def test_every_real_test_problem_has_a_swap():
+    data = os.environ.get("ANCHORED_REASONING_DATA")
+    if not data or not (Path(data) / "prosqa" / "test.json").is_file():
+        pytest.skip("needs $ANCHORED_REASONING_DATA with prosqa/test.json")
+    rows = json.loads((Path(data) / "prosqa" / "test.json").read_text())
+    assert all(swapped_row(r) is not None for r in rows)
