@@ -1,0 +1,253 @@
+"""The depth ladder: accuracy vs reasoning depth for every method, on problems without shortcuts.
+
+    python benchmarks/depth_ladder.py --hops 1 2 3 4 --seeds 0 1 2 --train-steps 1500 --threads 1
+    python benchmarks/depth_ladder.py --methods cot nocot --seeds 0 --train-steps 300    # a slice
+
+Each run fine-tunes the backbone (default: the shipped ``logic-gpt2``) with one method on an equal
+mixture of generated ProsQA problems at every depth of ``--hops`` (the ladder sizes of
+:func:`anchored_reasoning.generators.prosqa.ladder_size`: exactly h hops, the wrong option as deep
+as the right one, every surface rule <= 0.55), then evaluates it greedily through the evaluation
+runner on held-out problems per depth and under the binding probe (the same problems asked about
+the other entity). Methods (the paper's and its hidden ablations):
+
+    nocot             question -> answer
+    cot               question -> steps -> answer
+    pause             k [PAUSE] slots, then the answer (no curriculum: pause tokens)
+    pause_as_thought  pause with ACoT's exact curriculum (a slot more and a step fewer per stage)
+    acot              [ANT] slots with the anchor loss + ACoT's curriculum (steps removed: the ProsQA schedule)
+    acot_keep         ACoT without step removal (slots grow, the steps stay)
+    stepwise          stepwise CoT removal (iCoT-style), no slots
+
+Every run has the same number of optimizer steps (``--train-steps``, equal examples); the training
+loss curve of every run is kept in the JSON, so whether a run converged can be read off it.
+Writes ``benchmarks/results/depth_ladder.json`` (merged under a lock: one process per core can run
+disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused: rerun to resume.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+log = logging.getLogger("depth_ladder")
+
+K = 4  # slots: one per step of the deepest default rung
+#: label -> (method name, options, curriculum)
+METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "nocot": ("nocot", {}, False),
+    "cot": ("cot", {}, False),
+    "pause": ("pause", {"k": K, "remove_steps_per_stage": 1}, False),
+    "pause_as_thought": ("pause", {"k": K, "remove_steps_per_stage": 1}, True),
+    "acot": ("acot", {"k": K, "remove_steps_per_stage": 1}, True),
+    "acot_keep": ("acot", {"k": K}, True),
+    "stepwise": ("stepwise", {"stages": K, "remove_steps_per_stage": 1}, True),
+}
+MAX_NEW_TOKENS = 96  # the longest 4-hop CoT target is ~60 tokens in the backbone's tokenizer
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hops", nargs="+", type=int, default=[1, 2, 3, 4])
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--train-steps", type=int, default=1500)
+    p.add_argument("--train-n", type=int, default=24000, help="generated training problems (equal shares per depth)")
+    p.add_argument("--eval-n", type=int, default=100, help="held-out problems per depth")
+    p.add_argument("--backbone", default="logic-gpt2")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--min-steps-per-stage", type=int, default=None,
+                   help="curriculum floor per stage (default: the trainer's); a run too short for it is refused")
+    p.add_argument("--work", default="runs/depth_ladder")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "depth_ladder.json"))
+    p.add_argument("--machine-note", default=None)
+    return p.parse_args(argv)
+
+
+def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops: dict[str, int], args) -> dict[str, Any]:
+    from anchored_reasoning import demo
+    from anchored_reasoning.train import ar
+
+    name, options, curriculum = METHODS[label]
+    run_dir = Path(args.work) / label / f"seed{seed}"
+    ckpt = run_dir / "model"
+    if not (ckpt / "train_summary.json").is_file():
+        settings = demo.DemoSettings(seed=seed, backbone=demo.parse_backbone(args.backbone), learning_rate=args.lr,
+                                     batch_size=args.batch_size)
+        recipe = demo.method_recipe(name, settings, None, ckpt, 0.0, options=options)
+        recipe["training"].update(max_steps=args.train_steps, max_train_seconds=None, curriculum=curriculum,
+                                  max_length=512)
+        if args.min_steps_per_stage is not None:
+            recipe["training"]["curriculum_min_steps_per_stage"] = args.min_steps_per_stage
+        ar.run_with_examples(recipe, train, [])
+    summary = json.loads((ckpt / "train_summary.json").read_text())
+    ev = demo.evaluate(str(ckpt), held, run_dir / "eval_generated", MAX_NEW_TOKENS, hops=hops)
+    pr = demo.probe(str(ckpt), held, swapped, run_dir, MAX_NEW_TOKENS, hops)
+    tokens_by_hops = _tokens_by_hops(run_dir / "eval_generated" / "records.jsonl", hops)
+    return {
+        "seed": seed, "steps": summary["global_steps"], "train_seconds": summary["train_seconds"],
+        "stages": [summary["final_stage"], summary["stages_planned"]],
+        "loss_curve": [[h["step"], round(h["lm_loss"], 4)] for h in summary["log_history"] if "lm_loss" in h],
+        "accuracy": ev["accuracy"], "by_hops": ev["by_hops"], "tokens": ev["mean_generated_tokens"],
+        "tokens_by_hops": tokens_by_hops, "no_answer": ev["no_answer"],
+        "flip_rate": pr["flip_rate"]["mean"], "swap_accuracy": pr["swap_accuracy"]["mean"],
+        "probe_by_hops": {h: {"flip_rate": v["flip_rate"]["mean"]} for h, v in pr["by_hops"].items()},
+        "_correct": _correct(run_dir / "eval_generated" / "records.jsonl"),
+    }
+
+
+def _correct(path: Path) -> dict[str, bool]:
+    from anchored_reasoning.eval.runner import load_records
+
+    return {r["id"]: bool(r["correct"]) for r in load_records(path)}
+
+
+def _tokens_by_hops(path: Path, hops: dict[str, int]) -> dict[str, float]:
+    from collections import defaultdict
+
+    from anchored_reasoning.eval.runner import load_records
+
+    acc: dict[int, list[int]] = defaultdict(list)
+    for r in load_records(path):
+        if r["id"] in hops:
+            acc[hops[r["id"]]].append(r.get("n_tokens") or r.get("tokens") or 0)
+    return {str(h): sum(v) / len(v) for h, v in sorted(acc.items())}
+
+
+def aggregate(runs: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any]:
+    """Mean over seeds; 95% bootstrap interval over problems of the per-problem accuracy averaged over seeds."""
+    from anchored_reasoning.eval.metrics import mean_ci
+
+    ids = sorted(set.intersection(*(set(r["_correct"]) for r in runs)))
+    per_problem = {i: sum(r["_correct"][i] for r in runs) / len(runs) for i in ids}
+    by_hops = {}
+    for h in sorted({hops[i] for i in ids}):
+        ci = mean_ci([per_problem[i] for i in ids if hops[i] == h])
+        by_hops[str(h)] = {"accuracy": ci["mean"], "ci95": [ci["ci_low"], ci["ci_high"]], "n": ci["n"],
+                           "tokens": sum(r["tokens_by_hops"].get(str(h), 0) for r in runs) / len(runs),
+                           "flip_rate": sum(r["probe_by_hops"].get(str(h), {}).get("flip_rate", 0) for r in runs) / len(runs)}
+    ci = mean_ci(list(per_problem.values()))
+    return {"accuracy": ci["mean"], "ci95": [ci["ci_low"], ci["ci_high"]], "by_hops": by_hops,
+            "tokens": sum(r["tokens"] for r in runs) / len(runs),
+            "flip_rate": sum(r["flip_rate"] for r in runs) / len(runs),
+            "seeds": [r["seed"] for r in runs],
+            "per_seed": [{k: v for k, v in r.items() if k != "_correct"} for r in runs],
+            "_per_problem": per_problem}
+
+
+def paired(a: dict[str, Any], b: dict[str, Any], hops: dict[str, int], h: str) -> dict[str, Any]:
+    """Paired bootstrap of the per-problem accuracy difference a - b on the problems of depth h."""
+    from anchored_reasoning.eval.metrics import paired_bootstrap_diff
+
+    ids = [i for i in a["_per_problem"] if str(hops.get(i)) == h and i in b["_per_problem"]]
+    res = paired_bootstrap_diff([a["_per_problem"][i] for i in ids], [b["_per_problem"][i] for i in ids])
+    return {"n": len(ids), **res}
+
+
+def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
+    """The issue's goal at the deepest depth any method learns (its CI above chance)."""
+    learned = [h for h in sorted({h for r in results.values() for h in r["by_hops"]}, key=int)
+               if any(r["by_hops"].get(h, {}).get("ci95", [0])[0] > 0.5 for r in results.values())]
+    if not learned or not {"acot", "cot", "pause"} <= set(results):
+        return {"deepest_learned": learned[-1] if learned else None, "checked": False}
+    h = learned[-1]
+    a, c, p = (results[m]["by_hops"][h] for m in ("acot", "cot", "pause"))
+    return {
+        "deepest_learned": h,
+        "acot_ge_cot": a["accuracy"] >= c["accuracy"], "acot_tokens_le_third_of_cot": a["tokens"] <= c["tokens"] / 3,
+        "acot_gt_pause": a["accuracy"] > p["accuracy"],
+        "acot_minus_cot": paired(results["acot"], results["cot"], hops, h),
+        "acot_minus_pause": paired(results["acot"], results["pause"], hops, h),
+        "checked": True,
+    }
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for label, r in results.items():
+        hs = sorted(r["by_hops"], key=int)
+        xs = [int(h) for h in hs]
+        ys = [r["by_hops"][h]["accuracy"] for h in hs]
+        err = [[max(0, y - r["by_hops"][h]["ci95"][0]) for h, y in zip(hs, ys)],
+               [max(0, r["by_hops"][h]["ci95"][1] - y) for h, y in zip(hs, ys)]]
+        ax1.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        ax2.plot(xs, [r["by_hops"][h]["tokens"] for h in hs], marker="o", label=label)
+    ax1.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+    ax1.set(xlabel="hops", ylabel="accuracy (95% CI)", ylim=(0, 1.05), title="held-out accuracy by depth")
+    ax2.set(xlabel="hops", ylabel="mean generated tokens", title="tokens generated")
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    import torch
+
+    from anchored_reasoning import demo
+    from anchored_reasoning.eval.probes import binding_probe_examples, hops_of
+
+    torch.set_num_threads(args.threads)
+    t0 = time.monotonic()
+    settings = demo.DemoSettings(seed=0, train_n=args.train_n, eval_n=args.eval_n * len(args.hops), hops=args.hops)
+    train, held = demo.make_data(settings)  # the same problems for every run and seed
+    hops = {ex.id: hops_of(ex) for ex in held}
+    swapped = binding_probe_examples(held)
+    runs: dict[str, list] = {}
+    for label in args.methods:
+        for seed in args.seeds:
+            r = run_one(label, seed, train, held, swapped, hops, args)
+            log.info("%s seed %d: accuracy %.3f by hops %s, %.1f tokens, flips %.2f", label, seed, r["accuracy"],
+                     {h: round(v["accuracy"], 2) for h, v in r["by_hops"].items()}, r["tokens"], r["flip_rate"])
+            runs.setdefault(label, []).append(r)
+        _write(Path(args.out), {lbl: aggregate(rs, hops) for lbl, rs in runs.items()}, hops, args, t0)
+    return 0
+
+
+def _write(out: Path, results: dict[str, Any], hops: dict[str, int], args, t0: float) -> None:
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = json.loads(out.read_text()) if out.is_file() else {}
+        methods = merged.setdefault("methods", {})
+        hidden = merged.setdefault("_per_problem", {})
+        for label, r in results.items():
+            hidden[label] = r.pop("_per_problem")
+            methods[label] = r
+        full = {lbl: {**m, "_per_problem": hidden.get(lbl, {})} for lbl, m in methods.items()}
+        merged["goals"] = goals(full, hops)
+        merged["chance"] = 0.5
+        merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
+                           "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
+                           "backbone": args.backbone, "k": K, "methods": {k: list(v) for k, v in METHODS.items()}}
+        merged["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
+                             **({"note": args.machine_note} if args.machine_note else {})}
+        merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        merged.setdefault("commands", {})[" ".join(args.methods)] = "python benchmarks/depth_ladder.py " + " ".join(sys.argv[1:])
+        merged.setdefault("wall_seconds", {})[" ".join(args.methods)] = round(time.monotonic() - t0, 1)
+        out.write_text(json.dumps(merged, indent=1, default=str) + "\n")
+    plot(methods, out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
