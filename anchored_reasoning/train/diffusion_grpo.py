@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train.grpo import AnchoredGRPOConfig
+from anchored_reasoning.train.grpo_trainer import AnchoredGRPOConfig
 from trl import GRPOTrainer
 
 logger = logging.getLogger(__name__)
