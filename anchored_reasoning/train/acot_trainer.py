@@ -34,6 +34,31 @@ def _accelerator_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _fsdp_plugin_for_cpu(trainer):
+    """The FSDP plugin a CPU (gloo) process group asked for and accelerate dropped, or None.
+
+    accelerate 1.x switches to FSDP only for accelerator device types: on CPU its state stays
+    MULTI_CPU, forgets the plugin and wraps the model in DDP, silently (docs/distributed.md). Asked
+    for through ``training.fsdp`` or an ``accelerate launch`` FSDP config, the plugin comes back here."""
+    import os
+
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    if trainer.accelerator.distributed_type != DistributedType.MULTI_CPU:
+        return None
+    if trainer.args.fsdp_plugin_args is not None:
+        plugin = FullyShardedDataParallelPlugin(**trainer.args.fsdp_plugin_args)
+    elif os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        plugin = FullyShardedDataParallelPlugin()  # from the FSDP_* variables accelerate launch sets
+    else:
+        return None
+    if plugin.fsdp_version != 2:
+        from anchored_reasoning.errors import ConfigError
+
+        raise ConfigError(f"FSDP on CPU runs FSDP2 only (fsdp_version 2), got fsdp_version {plugin.fsdp_version}")
+    return plugin
+
+
 @dataclass
 class AnchoredSFTConfig(SFTConfig):
     """SFTConfig plus the anchored-training fields. Defaults fit small models on CPU: fp32, no gradient
@@ -142,6 +167,49 @@ class AnchoredSFTTrainer(SFTTrainer):
         self.examples_fewer_anchors = 0
         self.examples_no_anchors = 0
         self.restaged_batches = 0
+
+    def create_accelerator_and_postprocess(self):
+        """As the Trainer's, plus FSDP2 on a CPU process group (see :func:`_fsdp_plugin_for_cpu`): the
+        state gets what accelerate sets on GPUs, so ``prepare`` shards with torch's ``fully_shard``."""
+        super().create_accelerator_and_postprocess()
+        plugin = _fsdp_plugin_for_cpu(self)
+        if plugin is not None:
+            from accelerate.state import PartialState
+            from accelerate.utils import DistributedType
+
+            self.accelerator.state.fsdp_plugin = plugin
+            self.accelerator.state.distributed_type = DistributedType.FSDP
+            PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # as AcceleratorState does
+            self.is_fsdp_enabled = True
+        if self.is_fsdp_enabled and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type):
+            from anchored_reasoning.errors import ConfigError
+
+            # Trainer.save_model writes no weights for a sharded state dict; the run folder must load.
+            raise ConfigError(
+                f"FSDP state_dict_type {self.accelerator.state.fsdp_plugin.state_dict_type} saves no "
+                "save_pretrained weights at the end; use FULL_STATE_DICT (fsdp_state_dict_type in the accelerate "
+                "config, or training.fsdp_config.state_dict_type)"
+            )
+
+    def distributed_summary(self) -> dict:
+        """How this process trained: accelerate's distributed type, the process count, and for FSDP the
+        sharded modules and the share of the parameters this process holds (about 1 / processes)."""
+        from torch.distributed.tensor import DTensor
+
+        model = self.model_wrapped if self.model_wrapped is not None else self.model
+        out = {"type": str(self.accelerator.distributed_type).split(".")[-1], "processes": self.accelerator.num_processes}
+        if self.is_fsdp_enabled:
+            from torch.distributed.fsdp import FSDPModule
+
+            params = list(model.parameters())
+            local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+            out.update(
+                fsdp_version=self.accelerator.state.fsdp_plugin.fsdp_version,
+                fsdp_modules=sorted({type(m).__name__ for m in model.modules() if isinstance(m, FSDPModule)}),
+                parameter_types=sorted({type(p).__name__ for p in params}),
+                local_parameter_share=round(local / max(sum(p.numel() for p in params), 1), 4),
+            )
+        return out
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """Fetch the next batches; re-render any that the data loader collated before a curriculum
