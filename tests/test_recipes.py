@@ -85,16 +85,18 @@ def test_bad_training_value_is_a_config_error(tmp_path):
 
 @pytest.mark.parametrize("path", BUILTIN, ids=[p.stem for p in BUILTIN])
 def test_builtin_recipes_are_valid(path):
+    from anchored_reasoning.train import TRAINERS
+
     recipe = recipes.load_recipe(path)
-    if recipe.get("trainer") in ("diffusion", "tadm"):
-        # each of these trainers validates its own schema and builds its training config
+    assert recipe.get("trainer") in TRAINERS, f"{path.name}: unknown trainer {recipe.get('trainer')!r}"
+    if recipe["trainer"] != "ar":
+        # every other trainer validates its own schema and builds its training config
         import importlib
 
-        trainer = importlib.import_module(f"anchored_reasoning.train.{recipe['trainer']}")
+        trainer = importlib.import_module(TRAINERS[recipe["trainer"]].partition(":")[0])
         resolved = trainer.resolve_recipe(recipe)
         trainer.make_config(resolved, Path("/tmp/unused"))
         return
-    assert recipe.get("trainer") == "ar", f"{path.name}: unknown trainer {recipe.get('trainer')!r}"
     resolved = recipes.resolve(recipe)
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.train.ar import make_config
@@ -164,3 +166,16 @@ def test_a_trainer_refuses_a_recipe_for_another_trainer():
     for module in (diffusion, tadm):
         with pytest.raises(ConfigError, match="'ar'"):
             module.resolve_recipe({"trainer": "ar"})
+
+
+@pytest.mark.parametrize("trainer", ["ar", "diffusion", "tadm"])
+def test_recipes_save_checkpoints_by_default_and_a_recipe_can_change_it(trainer, tmp_path):
+    import importlib
+
+    module = importlib.import_module(f"anchored_reasoning.train.{trainer}")
+    name = {"ar": "tiny_test", "diffusion": "diffusion_pretrain_tiny_adlm", "tadm": "tadm_pretrain_tiny"}[trainer]
+    resolve = recipes.resolve if trainer == "ar" else module.resolve_recipe
+    config = module.make_config(resolve(name), tmp_path)
+    assert (config.save_strategy, config.save_steps, config.save_total_limit, config.save_every_minutes) == ("steps", 500, 2, 30.0)
+    config = module.make_config(resolve(name, ["training.save_steps=7", "training.save_every_minutes=null"]), tmp_path)
+    assert config.save_steps == 7 and config.save_every_minutes is None

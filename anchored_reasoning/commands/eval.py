@@ -45,6 +45,11 @@ def build_backend(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "quiet", False):  # also for suites, which read --no-progress
+        from anchored_reasoning.commands import quiet_console
+
+        quiet_console()
+        args.no_progress = True
     if args.suite:
         if importlib.util.find_spec("anchored_reasoning.eval.suites") is None:
             raise ConfigError(f"eval suites are not available in this installation (asked for {args.suite})")
@@ -105,7 +110,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", help="environment variable holding the API key (openai backend)")
     p.add_argument("--data-dir", help="local data folder (default: $ANCHORED_REASONING_DATA, else the Hub)")
     p.add_argument("--out", help="output directory (rerun with the same one to resume)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and only warnings on the console")
 
 
 def register(subparsers: Any) -> None:

@@ -5,8 +5,14 @@
     accelerate launch --config_file train/accelerate/ddp_cpu.yaml -m anchored_reasoning.cli train tiny_test
 
 RECIPE is a file path or the name of a recipe in ``train/`` (``$ANCHORED_REASONING_TRAIN_DIR`` first).
-The recipe's ``trainer:`` key picks the trainer (``ar`` for causal LMs, ``diffusion`` for MDLM/ADLM);
-overrides are dotted keys with YAML values. Every key is validated before training starts.
+The recipe's ``trainer:`` key picks the trainer (``ar`` for causal LMs, ``diffusion`` for MDLM/ADLM,
+``tadm``); overrides are dotted keys with YAML values. Every key is validated before training starts.
+
+Checkpoints are saved along the way into ``output_dir`` (``training.save_steps``,
+``training.save_every_minutes``, ``training.save_total_limit``); rerunning the same command resumes
+from the newest one, and a rerun with other settings is refused, naming the keys (docs/checkpoints.md).
+The terminal shows one progress bar; every log line goes to ``<output_dir>/train_log.jsonl`` and
+``train.log``. ``--quiet``: no bar, warnings only.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("recipe", help="recipe file or name in train/ (e.g. prosqa_gpt2_acot)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. training.learning_rate=3e-4")
     p.add_argument("--dry-run", action="store_true", help="load, override and validate the recipe, print it, do not train")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar and only warnings on the console (the run folder still gets the full log)")
     p.set_defaults(func=main)
 
 
@@ -43,7 +51,13 @@ def main(args: argparse.Namespace) -> int:
         json.dump({k: v for k, v in resolved.items() if not str(k).startswith("_")}, sys.stdout, indent=2, default=str)
         print()
         return 0
+    overrides = list(args.overrides)
+    if getattr(args, "quiet", False):
+        from anchored_reasoning.commands import quiet_console
+
+        quiet_console()
+        overrides.append("training.disable_tqdm=true")
     run = get_trainer(trainer_name)
-    out = run(recipe, list(args.overrides))
+    out = run(recipe, overrides)
     print(f"checkpoint: {out}")
     return 0

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
 from anchored_reasoning.errors import ConfigError, ResumeError
+from anchored_reasoning.eval.progress import PhaseBars
 from anchored_reasoning.eval.report import render_markdown, summarize
 from anchored_reasoning.tasks.graders import accepts_keyword
 from anchored_reasoning.types import Example, Grade, SamplingSpec
@@ -160,11 +161,13 @@ def _identity(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+def diff_settings(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Every dotted key whose value differs between two nested settings dicts, as
+    ``"key: old (in the run) != new (asked for)"`` lines (also used by the trainers' resume check)."""
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []
         for key in sorted(set(old) | set(new), key=str):
-            out += _diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+            out += diff_settings(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
         return out
     return [] if old == new else [f"{prefix}: {old!r} (in the run) != {new!r} (asked for)"]
 
@@ -184,7 +187,7 @@ def check_resume(out_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None
         old = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ResumeError(f"{path} is unreadable ({exc}); use a new --out directory or delete {out_dir}") from exc
-    diffs = _diff(_identity(old), _identity(_jsonable(config)))
+    diffs = diff_settings(_identity(old), _identity(_jsonable(config)))
     if diffs:
         raise ResumeError(
             f"{out_dir} holds a run with different settings:\n  " + "\n  ".join(diffs)
@@ -255,8 +258,6 @@ def run_eval(
     """Evaluate ``method`` on ``task`` with ``backend``; write records and summaries to ``out_dir``
     and return the summary. ``task`` and ``method`` may be names or objects. Sampling defaults
     come from the task's ``generation`` settings; the arguments override them."""
-    from tqdm.auto import tqdm
-
     task = _resolve_task(task)
     if isinstance(method, str):
         method = build_method(method)
@@ -331,12 +332,14 @@ def run_eval(
         chunk = max(1, chunk)
         done_records = len(records)
         t0 = time.perf_counter()
-        bar = tqdm(total=total, initial=done_before, disable=not progress, desc=f"{task_name}/{describe_method(method)['name']}", unit="sample")
+        bars = PhaseBars(total, done_before, records, f"{task_name}/{describe_method(method)['name']}", show=progress)
         try:
             for start in range(0, len(todo), chunk):
                 batch = todo[start : start + chunk]
                 prompts = [method.prompt(ex, task) for ex in batch]
+                t_gen = time.perf_counter()
                 completions = backend.generate(prompts, spec)
+                t_gen = time.perf_counter() - t_gen
                 if len(completions) != len(batch) or any(len(c) != n for c in completions):
                     raise ConfigError(f"backend {getattr(backend, 'name', backend)!r} returned the wrong number of completions")
                 flat_ex, flat_text, flat_meta = [], [], []
@@ -347,6 +350,7 @@ def run_eval(
                             flat_ex.append(ex)
                             flat_text.append(comp.text)
                             flat_meta.append((ex, prompt, si, comp))
+                bars.generated(len(flat_meta), sum(int(m[3].n_tokens) for m in flat_meta), t_gen)
                 grades = _grade_all(task, flat_text, flat_ex, [m[3].finish_reason for m in flat_meta])
                 new = []
                 for (ex, prompt, si, comp), grade in zip(flat_meta, grades):
@@ -367,12 +371,12 @@ def run_eval(
                     have.setdefault(str(ex.id), set()).add(si)
                 _append(records_path, new)
                 records.extend(new)
-                bar.update(len(new))
+                bars.graded(new)
                 # keep the session's progress in config.json, so a killed session still counts its time
                 sessions[-1].update({"wall_seconds": round(time.perf_counter() - t0, 3), "generated": len(records) - done_records})
                 _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
         finally:
-            bar.close()
+            bars.close()
         elapsed = time.perf_counter() - t0
         sessions[-1].update({"ended": _now(), "wall_seconds": round(elapsed, 3), "generated": len(records) - done_records})
         _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")

@@ -99,6 +99,9 @@ class AnchoredSFTConfig(SFTConfig):
     num_stages: int | None = field(default=None, metadata={"help": "stages to use (default: the method's num_stages)"})
     reset_optimizer_on_stage: bool = field(default=True, metadata={"help": "clear optimizer state at each stage switch (Coconut)"})
     max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this many seconds"})
+    save_every_minutes: float | None = field(
+        default=None, metadata={"help": "also save a checkpoint after this much wall time (train/checkpointing.py)"}
+    )
 
     # validation by generation (greedy), best checkpoint
     generation_eval: bool = field(default=False, metadata={"help": "greedy-generate and grade the validation split"})
@@ -119,7 +122,7 @@ class AnchoredSFTConfig(SFTConfig):
     ddp_find_unused_parameters: bool | None = False
     dataset_kwargs: dict | str | None = field(default_factory=lambda: {"skip_prepare_dataset": True})
     report_to: str | list[str] | None = "none"
-    save_strategy: str = "no"
+    save_strategy: str = "no"  # recipes default to "steps" (checkpointing.SAVE_DEFAULTS); direct users choose
     logging_steps: float = 10
     learning_rate: float = 1e-4
 

@@ -11,6 +11,10 @@ curriculum / validation callbacks), and saves ``save_pretrained`` weights, the t
 ``anchored_reasoning.json`` (method, options, style, task) so that the eval runner prompts the
 checkpoint exactly as it was trained. ``train_summary.json`` records the log history, curriculum
 events, anchor counts and timing.
+
+Checkpoints go to ``<output_dir>/checkpoint-<step>`` along the way (``training.save_steps``,
+``save_every_minutes``, ``save_total_limit``); rerunning the same command resumes from the newest one
+(:mod:`anchored_reasoning.train.checkpointing`, docs/checkpoints.md).
 """
 from __future__ import annotations
 
@@ -112,7 +116,10 @@ def build_tokenizer_from_texts(texts: Sequence[str], out_dir: Path, vocab_size: 
     return tok
 
 
-def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int):
+def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int,
+                              tokenizer_dir: Path | None = None):
+    """The model and its tokenizer. ``tokenizer_dir``: a saved tokenizer to use instead of training
+    one (a resumed run reuses its checkpoint's, so token ids cannot change under the weights)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
@@ -126,7 +133,9 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
     if preset:
         if preset not in MODEL_PRESETS:
             raise ConfigError(f"unknown model preset {preset!r}; known: {', '.join(MODEL_PRESETS)}")
-        if tok_spec in (None, "train"):
+        if tokenizer_dir is not None and tok_spec in (None, "train"):
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        elif tok_spec in (None, "train"):
             tokenizer = build_tokenizer_from_texts(texts, work_dir / "tokenizer", int(model_cfg.get("tokenizer_vocab_size", 1024)))
         else:
             from anchored_reasoning.models.zoo import resolve_model
@@ -176,8 +185,9 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
 
 def make_config(recipe: Mapping[str, Any], output_dir: Path):
     from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig
+    from anchored_reasoning.train.checkpointing import with_save_defaults
 
-    training = dict(recipe.get("training") or {})
+    training = with_save_defaults(recipe.get("training") or {})
     training.setdefault("seed", int(recipe.get("seed", 0)))
     training["output_dir"] = str(output_dir)
     try:
@@ -209,8 +219,11 @@ def _check(recipe: Mapping[str, Any] | str, overrides: Sequence[str]) -> dict[st
 
 def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
+    from anchored_reasoning.train.checkpointing import check_run_config
+
     recipe = _check(recipe, overrides)
     make_config(recipe, Path(recipe.get("output_dir") or "runs/unused"))  # bad training values fail before data work
+    check_run_config(_output_dir(recipe), recipe)  # a rerun with other settings fails before data work
     seed = int(recipe.get("seed", 0))
     task_name = recipe.get("task")
     t0 = time.monotonic()
@@ -231,6 +244,7 @@ def run_with_examples(
 ) -> Path:
     """Like :func:`run`, with the examples given (the recipe's ``data`` section is ignored)."""
     from anchored_reasoning.methods import get_method
+    from anchored_reasoning.train import checkpointing
     from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
     from anchored_reasoning.train.collate import AnchoredCollator, check_anchor_labels, examples_dataset
     from anchored_reasoning.train.curriculum import (
@@ -243,8 +257,12 @@ def run_with_examples(
     seed = int(recipe.get("seed", 0))
     task_name = recipe.get("task")
     method_cfg = dict(recipe["method"])
-    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'recipe'))).stem}")
+    output_dir = _output_dir(recipe)
     config = make_config(recipe, output_dir)
+    plan = checkpointing.plan_resume(output_dir, {**recipe, "_examples": checkpointing.examples_fingerprint(
+        train_examples, valid_examples)}, trainer="ar")
+    if plan.finished:
+        return output_dir
     options = dict(method_cfg.get("options") or {})
     if method_cfg["name"] in ("acot", "pause") and "k" not in options:
         options["k"] = config.num_anchor_slots  # training.num_anchor_slots sets k unless the method options do
@@ -256,7 +274,7 @@ def run_with_examples(
     output_dir.mkdir(parents=True, exist_ok=True)
     needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
     texts = training_texts(train_examples[:5000], method, task_name) if needs_tokenizer else []
-    model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed)
+    model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed, plan.tokenizer_dir)
     logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
     anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
 
@@ -302,11 +320,12 @@ def run_with_examples(
         processing_class=tokenizer,
         callbacks=[budget, curriculum],
     )
+    run_state = checkpointing.attach(trainer, plan, budget=budget, curriculum=curriculum)
     t_train = time.monotonic()
-    trainer.train()
+    checkpointing.train(trainer, plan)
     train_seconds = time.monotonic() - t_train
 
-    trainer.save_model(str(output_dir))
+    checkpointing.save_model(trainer, output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(output_dir))
         # The checkpoint is prompted in the format of the stage its weights were trained at: the best
@@ -325,11 +344,13 @@ def run_with_examples(
             "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
             "recipe_source": recipe.get("_source"),
             "world_size": trainer.accelerator.num_processes,
-            "distributed": trainer.distributed_summary(),
             "global_steps": trainer.state.global_step,
             "epochs": trainer.state.epoch,
             "train_seconds": round(train_seconds, 2),
-            "stopped_by_time_budget": budget.stopped_early,
+            "train_seconds_all_sessions": round(run_state.seconds_spent(), 2),
+            "resumed_from_step": plan.step,
+            "session": plan.session,
+            "stopped_by_time_budget": budget.stopped_early or bool(plan.saved.get("stopped")),
             "final_stage": curriculum.stage,
             "stages_planned": curriculum.num_stages if config.curriculum else 1,
             "optimizer_resets": curriculum.optimizer_resets,
@@ -343,6 +364,11 @@ def run_with_examples(
             "parameters": sum(p.numel() for p in model.parameters()),
         }
         (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    checkpointing.mark_complete(plan, trainer)
     trainer.accelerator.wait_for_everyone()
     logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
     return output_dir
+
+
+def _output_dir(recipe: Mapping[str, Any]) -> Path:
+    return Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'recipe'))).stem}")

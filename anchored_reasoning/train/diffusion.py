@@ -43,6 +43,11 @@ and saves ``save_pretrained`` weights (loadable with ``AutoModelForMaskedLM`` af
 ``import anchored_reasoning.models``), the tokenizer, ``anchored_reasoning.json`` (SFT: method,
 options, task, backend ``diffusion``) and ``train_summary.json`` (log history, timing, the final
 perplexity bound when a validation text is given).
+
+Checkpoints go to ``<output_dir>/checkpoint-<step>`` along the way (``training.save_steps``,
+``save_every_minutes``, ``save_total_limit``; with ``eval_strategy: steps`` and
+``metric_for_best_model: loss`` the Trainer also keeps the best by validation loss); rerunning the
+same command resumes from the newest (:mod:`anchored_reasoning.train.checkpointing`).
 """
 from __future__ import annotations
 
@@ -115,9 +120,10 @@ def make_config(recipe: Mapping[str, Any], output_dir: Path):
     """The :class:`DiffusionSFTConfig` of the recipe's ``training`` section (``bf16: auto`` resolved)."""
     import torch
 
+    from anchored_reasoning.train.checkpointing import with_save_defaults
     from anchored_reasoning.train.diffusion_trainer import DiffusionSFTConfig
 
-    training = dict(recipe.get("training") or {})
+    training = with_save_defaults(recipe.get("training") or {})
     training.setdefault("seed", int(recipe.get("seed", 0)))
     training["output_dir"] = str(output_dir)
     bf16 = training.get("bf16", "auto")
@@ -131,14 +137,17 @@ def make_config(recipe: Mapping[str, Any], output_dir: Path):
         raise ConfigError(f"recipe 'training' section: {exc}") from None
 
 
-def build_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], out_dir: Path):
-    """A tokenizer with pad, EOS, mask and the trained-format special tokens."""
+def build_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], out_dir: Path, saved: Path | None = None):
+    """A tokenizer with pad, EOS, mask and the trained-format special tokens. ``saved``: a resumed
+    run's checkpoint, whose tokenizer replaces a trained one (the ids under the weights stay put)."""
     from transformers import AutoTokenizer
 
     from anchored_reasoning.methods.anchored import add_special_tokens
 
     spec = model_cfg.get("tokenizer")
-    if spec in (None, "train"):
+    if saved is not None and spec in (None, "train"):
+        tok = AutoTokenizer.from_pretrained(str(saved))
+    elif spec in (None, "train"):
         if not texts:
             raise ConfigError("model.tokenizer: train needs training text")
         from anchored_reasoning.tokenization import train_tiny_tokenizer
@@ -281,6 +290,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
     from datasets import Dataset
 
+    from anchored_reasoning.train import checkpointing
     from anchored_reasoning.train.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
 
@@ -288,6 +298,9 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     seed = int(recipe.get("seed", 0))
     output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'diffusion'))).stem}")
     config = make_config(recipe, output_dir)
+    plan = checkpointing.plan_resume(output_dir, recipe, trainer="diffusion")  # a changed recipe fails here
+    if plan.finished:
+        return output_dir
     mode = config.diffusion_mode
     model_cfg = dict(recipe.get("model") or {})
     if not model_cfg:
@@ -324,7 +337,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         texts = read_text_documents(data_path(data["text_file"]), split_lines=True)
 
     if model_cfg.get("preset"):
-        tokenizer = build_tokenizer(model_cfg, texts, output_dir)
+        tokenizer = build_tokenizer(model_cfg, texts, output_dir, plan.tokenizer_dir)
     else:  # fine-tuning a checkpoint: its own tokenizer unless one is named
         tok_spec = model_cfg.get("tokenizer") or model_cfg.get("name")
         if tok_spec == "train":
@@ -373,20 +386,24 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         processing_class=tokenizer,
         callbacks=[budget],
     )
+    run_state = checkpointing.attach(trainer, plan, budget=budget)
     t_train = time.monotonic()
-    trainer.train()
+    checkpointing.train(trainer, plan)
     train_seconds = time.monotonic() - t_train
 
     summary: dict[str, Any] = {
         "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
         "recipe_source": recipe.get("_source"),
+        "resumed_from_step": plan.step,
+        "session": plan.session,
+        "train_seconds_all_sessions": round(run_state.seconds_spent(), 2),
         "mode": mode,
         "arch": type(model).__name__,
         "parameters": n_params,
         "world_size": trainer.accelerator.num_processes,
         "global_steps": trainer.state.global_step,
         "train_seconds": round(train_seconds, 2),
-        "stopped_by_time_budget": budget.stopped_early,
+        "stopped_by_time_budget": budget.stopped_early or bool(plan.saved.get("stopped")),
         "train_tokens": int(trainer._total_train_tokens),
         "encode_stats": encode_stats,
     }
@@ -399,7 +416,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         summary["valid_perplexity_bound"] = bound
         logger.info("valid perplexity bound %.2f (NELBO %.4f nats/token)", bound["perplexity"], bound["nelbo"])
 
-    trainer.save_model(str(output_dir))
+    checkpointing.save_model(trainer, output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(output_dir))
         meta = {"backend": "diffusion", "mode": mode, "arch": type(model).__name__.lower(), "task": task_name}
@@ -412,6 +429,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
         summary["log_history"] = trainer.state.log_history
         (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    checkpointing.mark_complete(plan, trainer)
     trainer.accelerator.wait_for_everyone()
     logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
     return output_dir

@@ -69,6 +69,8 @@ class DiffusionSFTConfig(SFTConfig):
     loss_normalization: str | None = field(
         default=None, metadata={"help": "sequence (LLaDA, per-row response length) or token (MDLM); default by mode"})
     max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
+    save_every_minutes: float | None = field(
+        default=None, metadata={"help": "also save a checkpoint after this much wall time (train/checkpointing.py)"})
     # TRL defaults that do not fit pre-tokenized diffusion rows:
     remove_unused_columns: bool = False
     dataset_kwargs: dict[str, Any] | str | None = field(default_factory=lambda: {"skip_prepare_dataset": True})

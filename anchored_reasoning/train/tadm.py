@@ -31,7 +31,8 @@ The recipe is the ``diffusion`` trainer's (same ``data`` section, same ``trainin
 The objectives are in :mod:`anchored_reasoning.objectives_tadm`. ``run`` saves the TADM
 (``AutoModelForMaskedLM.from_pretrained`` loads it after ``import anchored_reasoning.models``), the
 tokenizer, ``anchored_reasoning.json`` and ``train_summary.json`` (with the stale perplexity bound
-per K when ``data.valid_text_file`` is set), and returns the folder.
+per K when ``data.valid_text_file`` is set), and returns the folder. Checkpoints along the way and
+resuming by rerunning the command work as in the other trainers (:mod:`anchored_reasoning.train.checkpointing`).
 """
 from __future__ import annotations
 
@@ -142,7 +143,9 @@ def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = (
 
 
 def make_config(recipe: Mapping[str, Any], output_dir: Path) -> TADMTrainingConfig:
-    training = dict(recipe.get("training") or {})
+    from anchored_reasoning.train.checkpointing import with_save_defaults
+
+    training = with_save_defaults(recipe.get("training") or {})
     training.setdefault("seed", int(recipe.get("seed", 0)))
     training["output_dir"] = str(output_dir)
     bf16 = training.get("bf16", "auto")
@@ -208,6 +211,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
     from datasets import Dataset
 
+    from anchored_reasoning.train import checkpointing
     from anchored_reasoning.train.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator
 
@@ -215,6 +219,9 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     seed = int(recipe.get("seed", 0))
     output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'tadm'))).stem}")
     config = make_config(recipe, output_dir)
+    plan = checkpointing.plan_resume(output_dir, recipe, trainer="tadm")  # a changed recipe fails here
+    if plan.finished:
+        return output_dir
     model_cfg = dict(recipe.get("model") or {})
     data = dict(recipe.get("data") or {})
     task_name = recipe.get("task")
@@ -247,7 +254,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         texts = read_text_documents(dtrain.data_path(data["text_file"]), split_lines=True)
 
     if model_cfg.get("preset"):
-        tokenizer = dtrain.build_tokenizer(model_cfg, texts, output_dir)
+        tokenizer = dtrain.build_tokenizer(model_cfg, texts, output_dir, plan.tokenizer_dir)
     else:
         tok_spec = model_cfg.get("tokenizer") or model_cfg.get("base") or model_cfg.get("name")
         if tok_spec == "train":
@@ -285,8 +292,9 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
             response_length=config.response_length if config.diffusion_mode == "sft" else None),
         processing_class=tokenizer, callbacks=[budget],
     )
+    run_state = checkpointing.attach(trainer, plan, budget=budget)
     t_train = time.monotonic()
-    trainer.train()
+    checkpointing.train(trainer, plan)
     train_seconds = time.monotonic() - t_train
     model = trainer.accelerator.unwrap_model(trainer.model)
     if frozen_before is not None:
@@ -307,7 +315,10 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         "trainable_parameters": n_trainable,
         "global_steps": trainer.state.global_step,
         "train_seconds": round(train_seconds, 2),
-        "stopped_by_time_budget": budget.stopped_early,
+        "train_seconds_all_sessions": round(run_state.seconds_spent(), 2),
+        "resumed_from_step": plan.step,
+        "session": plan.session,
+        "stopped_by_time_budget": budget.stopped_early or bool(plan.saved.get("stopped")),
         "train_tokens": int(trainer._total_train_tokens),
         "encode_stats": encode_stats,
     }
@@ -320,7 +331,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         logger.info("valid perplexity bound per K: %s",
                     {k: round(v["perplexity"], 2) for k, v in summary["valid_perplexity_bound"].items()})
 
-    trainer.save_model(str(output_dir))
+    checkpointing.save_model(trainer, output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(output_dir))
         meta = {"backend": "diffusion", "mode": config.diffusion_mode, "arch": "tadm", "task": task_name,
@@ -332,6 +343,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         (output_dir / dtrain.CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
         summary["log_history"] = trainer.state.log_history
         (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    checkpointing.mark_complete(plan, trainer)
     trainer.accelerator.wait_for_everyone()
     logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
     return output_dir

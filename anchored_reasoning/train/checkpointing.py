@@ -1,0 +1,474 @@
+"""Checkpoints along the way, and resuming a run by rerunning its command. Shared by every trainer.
+
+The checkpoints are the transformers Trainer's own ``<output_dir>/checkpoint-<step>`` folders (model,
+optimizer, scheduler, RNG, ``trainer_state.json``), written by ``save_strategy: steps`` every
+``save_steps`` steps, plus (this module) every ``save_every_minutes`` of wall time, when a time budget
+or another callback stops the run, and at each new best validation of the curriculum. The Trainer's
+``save_total_limit`` keeps the newest few; ``state.best_model_checkpoint`` is never rotated away.
+What the Trainer does not hold (the curriculum's stage, history and best record; the wall time of
+earlier sessions) rides in ``trainer_state.json`` through :class:`RunState` (an ``ExportableState``).
+
+A trainer's ``run`` uses it in four calls (the ``ar``, ``diffusion`` and ``tadm`` trainers do; a new
+trainer such as GRPO should too)::
+
+    training = with_save_defaults(recipe["training"])          # in make_config
+    plan = plan_resume(output_dir, recipe)                      # before any data or model work
+    if plan.finished: return output_dir                         # a finished run: nothing to do
+    ...build model, data, callbacks (TimeBudgetCallback, CurriculumCallback)...
+    trainer = SomeTrainer(..., callbacks=[budget, curriculum])
+    state = attach(trainer, plan, budget=budget, curriculum=curriculum)   # + progress bar, JSONL log
+    train(trainer, plan)                                        # resumes from plan.checkpoint
+    ...save the final model...
+    mark_complete(plan, trainer)
+
+:func:`plan_resume` writes the resolved recipe to ``<output_dir>/run_config.json``; a rerun whose
+recipe differs (outside :data:`VOLATILE_KEYS`) is refused with a :class:`ResumeError` naming each key
+(the eval runner's :func:`~anchored_reasoning.eval.runner.diff_settings`). The newest checkpoint is
+checked before use (:func:`checkpoint_problem`): one cut short by a kill during its save is moved
+aside to ``incomplete-checkpoint-<step>`` (never deleted) with a warning, and the previous one is
+used. Checkpoints that an earlier session saved but that are all gone or broken are an error, never
+a silent restart from step 0. See docs/checkpoints.md.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import re
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from anchored_reasoning.errors import ResumeError
+
+logger = logging.getLogger(__name__)
+
+RUN_CONFIG = "run_config.json"
+TRAINER_STATE = "trainer_state.json"
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+#: Recipe defaults for saving (a recipe's own ``training`` values win).
+SAVE_DEFAULTS: dict[str, Any] = {
+    "save_strategy": "steps",
+    "save_steps": 500,
+    "save_total_limit": 2,
+    "save_every_minutes": 30.0,
+}
+#: Recipe keys a rerun may change without being refused: where and how often it saves and logs.
+VOLATILE_KEYS = frozenset({
+    "output_dir", "description",
+    "training.save_strategy", "training.save_steps", "training.save_total_limit", "training.save_every_minutes",
+    "training.logging_steps", "training.disable_tqdm", "training.log_level", "training.report_to",
+    "training.dataloader_num_workers", "training.dataloader_pin_memory", "training.resume_from_checkpoint",
+})
+
+
+def with_save_defaults(training: Mapping[str, Any]) -> dict[str, Any]:
+    """``training`` with :data:`SAVE_DEFAULTS` under it."""
+    return {**SAVE_DEFAULTS, **dict(training)}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _is_main() -> bool:
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0) == 0
+
+
+def _atomic_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=2, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# finding a good checkpoint
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be resumed from (a file missing, unreadable or cut short), or None.
+
+    The Trainer writes the weights, then optimizer / scheduler / RNG, then ``trainer_state.json``;
+    a kill during the save leaves the state file absent or one of the others truncated."""
+    state_path = folder / TRAINER_STATE
+    if not state_path.is_file():
+        return f"no {TRAINER_STATE} (the save was cut short)"
+    try:
+        state = json.loads(state_path.read_text())
+        step = int(state["global_step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{TRAINER_STATE} is unreadable ({exc})"
+    match = CHECKPOINT_RE.match(folder.name)
+    if match and int(match.group(1)) != step:
+        return f"{TRAINER_STATE} says step {step}, the folder name says {match.group(1)}"
+    weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
+    if not weights:
+        return "no model weights"
+    for path in weights:
+        problem = _safetensors_problem(path) if path.suffix == ".safetensors" else _zip_problem(path)
+        if problem:
+            return f"{path.name}: {problem}"
+    for name in ("optimizer.pt", "scheduler.pt"):
+        if not (folder / name).is_file():
+            return f"no {name} (saved with save_only_model? such a checkpoint cannot resume training)"
+    for path in [folder / "optimizer.pt", folder / "scheduler.pt", *sorted(folder.glob("rng_state*.pth"))]:
+        problem = _zip_problem(path)
+        if problem:
+            return f"{path.name}: {problem}"
+    return None
+
+
+def _zip_problem(path: Path) -> str | None:
+    """torch.save files are zip archives: a truncated one fails the CRC / central-directory check."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        return f"unreadable ({exc})"
+    return f"corrupt member {bad}" if bad else None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n <= 0 or 8 + n > size:
+                return "header cut short"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as exc:
+        return f"unreadable ({exc})"
+    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    return None if 8 + n + end <= size else f"{size} bytes, the header promises {8 + n + end}"
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """``checkpoint-<step>`` folders, oldest step first."""
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def newest_good_checkpoint(output_dir: Path, *, move_aside: bool = True) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint that :func:`checkpoint_problem` passes, and a line per newer one that
+    failed (each moved aside to ``incomplete-<name>`` when ``move_aside``, so Trainer's rotation never
+    counts it; nothing is deleted)."""
+    skipped = []
+    for folder in reversed(list_checkpoints(output_dir)):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, skipped
+        line = f"{folder.name}: {problem}"
+        if move_aside:
+            target = folder.with_name(f"incomplete-{folder.name}")
+            k = 1
+            while target.exists():
+                target = folder.with_name(f"incomplete-{folder.name}.{k}")
+                k += 1
+            try:
+                folder.rename(target)
+                line += f" (moved to {target.name})"
+            except FileNotFoundError:  # another process of this launch moved it first
+                pass
+        skipped.append(line)
+    return None, skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan: same recipe? from where?
+
+@dataclass
+class ResumePlan:
+    """What :func:`plan_resume` found in the output folder."""
+
+    output_dir: Path
+    recipe: dict[str, Any]
+    checkpoint: Path | None = None  # resume from here; None: start at step 0
+    step: int = 0
+    saved: dict[str, Any] = field(default_factory=dict)  # RunState attributes stored in the checkpoint
+    best_checkpoint: Path | None = None
+    complete: bool = False  # the checkpoint is the end of training (max_steps or time budget reached)
+    finished: bool = False  # ... and the final model was written: nothing left to do
+    session: int = 1
+    run_config: dict[str, Any] = field(default_factory=dict)  # written by train() when training starts
+
+    @property
+    def seconds_spent(self) -> float:
+        return float(self.saved.get("seconds_spent", 0.0))
+
+    @property
+    def tokenizer_dir(self) -> Path | None:
+        """The checkpoint, when it holds the run's tokenizer (reuse it rather than train a new one)."""
+        if self.checkpoint is not None and (self.checkpoint / "tokenizer_config.json").is_file():
+            return self.checkpoint
+        return None
+
+
+def identity(recipe: Mapping[str, Any], *, examples: bool = True) -> dict[str, Any]:
+    """The recipe without internal (``_``) and :data:`VOLATILE_KEYS` entries; ``_examples`` (the
+    fingerprint of examples given in code) stays unless ``examples`` is false."""
+    def strip(node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        out = {}
+        for key, value in node.items():
+            dotted = f"{prefix}{key}"
+            if (str(key).startswith("_") and not (examples and key == "_examples")) or dotted in VOLATILE_KEYS:
+                continue
+            out[key] = strip(value, dotted + ".") if isinstance(value, Mapping) else value
+        return out
+
+    return strip(json.loads(json.dumps(dict(recipe), default=str)), "")
+
+
+def examples_fingerprint(*splits) -> str:
+    """A short hash of examples handed to a trainer in code (their ids, questions, steps, answers), so
+    that a rerun on other examples is refused like a changed recipe."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for split in splits:
+        for ex in split:
+            digest.update(json.dumps([str(ex.id), ex.question, list(ex.steps or []), str(ex.answer)],
+                                     default=str).encode())
+        digest.update(b"|")
+    return digest.hexdigest()[:16]
+
+
+def check_run_config(output_dir: str | os.PathLike, recipe: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``run_config.json`` of an earlier run in ``output_dir`` (None if none); :class:`ResumeError`
+    naming every key where ``recipe`` differs from it, or when checkpoints exist without it. Writes
+    nothing (a trainer may call it before loading data, then :func:`plan_resume`)."""
+    from anchored_reasoning.eval.runner import diff_settings
+
+    out = Path(output_dir)
+    config_path = out / RUN_CONFIG
+    if not config_path.is_file():
+        if list_checkpoints(out):
+            raise ResumeError(f"{out} holds checkpoint folders but no {RUN_CONFIG}; cannot tell what produced them. "
+                              "Use a new output_dir or delete the old checkpoints.")
+        return None
+    try:
+        old = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ResumeError(f"{config_path} is unreadable ({exc}); use a new output_dir or delete {out}") from exc
+    with_examples = "_examples" in recipe
+    diffs = diff_settings(identity(old.get("recipe") or {}, examples=with_examples), identity(recipe, examples=with_examples))
+    if diffs and not (list_checkpoints(out) or old.get("completed_step")):
+        logger.warning("%s: an earlier run with other settings (%s) saved nothing; starting over with these",
+                       out, "; ".join(diffs))
+        return None
+    if diffs:
+        raise ResumeError(
+            f"{out} holds a training run with different settings:\n  " + "\n  ".join(diffs)
+            + f"\nRerun with the same settings to resume it, or give a new output_dir (or delete {out}).")
+    return old
+
+
+def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, trainer: str) -> ResumePlan:
+    """Check ``output_dir`` against ``recipe`` and choose the checkpoint to resume from.
+
+    Refuses (:class:`ResumeError`) a recipe that differs from the one in ``run_config.json``, a folder
+    with checkpoints but no ``run_config.json``, and a run whose saved checkpoints are all gone or
+    broken. The session is recorded in ``run_config.json`` by :func:`train`, once training starts."""
+    out = Path(output_dir)
+    config_path = out / RUN_CONFIG
+    recipe = json.loads(json.dumps({k: v for k, v in recipe.items() if not str(k).startswith("_") or k == "_examples"},
+                                   default=str))
+    old = check_run_config(out, recipe)
+
+    asked = (recipe.get("training") or {}).get("resume_from_checkpoint")
+    if asked:
+        checkpoint, skipped = Path(str(asked)), []
+        if not checkpoint.is_dir():
+            raise ResumeError(f"training.resume_from_checkpoint={asked!r}: no such checkpoint folder")
+        problem = checkpoint_problem(checkpoint)
+        if problem:
+            raise ResumeError(f"training.resume_from_checkpoint={asked!r} cannot be resumed from: {problem}")
+    else:
+        checkpoint, skipped = newest_good_checkpoint(out, move_aside=_is_main())
+    for line in skipped:
+        logger.warning("checkpoint %s; falling back to an earlier one", line)
+    saved_step = int((old or {}).get("last_checkpoint_step") or 0)
+    completed = (old or {}).get("completed_step")
+    if checkpoint is None and completed is not None and (out / "config.json").is_file():
+        logger.info("%s: training finished at step %s (its checkpoints are gone, the final model is there); "
+                    "nothing to do", out, completed)
+        return ResumePlan(out, recipe, step=int(completed), complete=True, finished=True)
+    if checkpoint is None and saved_step > 0:
+        raise ResumeError(
+            f"{out}: an earlier session saved checkpoint-{saved_step}, but no usable checkpoint is left"
+            + (f" ({'; '.join(skipped)})" if skipped else " (the folders are gone)")
+            + ". Restore them, or give a new output_dir to start over.")
+
+    sessions = list((old or {}).get("sessions", []))
+    plan = ResumePlan(out, recipe, session=len(sessions) + 1)
+    if checkpoint is not None:
+        state = json.loads((checkpoint / TRAINER_STATE).read_text())
+        plan.checkpoint, plan.step = checkpoint, int(state["global_step"])
+        plan.saved = dict(((state.get("stateful_callbacks") or {}).get("RunState") or {}).get("attributes") or {})
+        best = state.get("best_model_checkpoint")
+        plan.best_checkpoint = Path(best) if best and Path(best).is_dir() else None
+        budget = (recipe.get("training") or {}).get("max_train_seconds")
+        plan.complete = bool(plan.step >= int(state.get("max_steps") or 0) > 0
+                             or (budget and plan.seconds_spent >= float(budget)) or plan.saved.get("stopped"))
+        plan.finished = plan.complete and bool((old or {}).get("completed_step") == plan.step)
+    if plan.finished:
+        logger.info("%s: training finished at step %d; nothing to do (use a new output_dir to train again)",
+                    out, plan.step)
+        return plan
+    if old is not None and checkpoint is None:
+        logger.warning("%s: the earlier session saved no checkpoint; training starts at step 0", out)
+    sessions.append({"session": plan.session, "started": _now(), "resumed_from_step": plan.step})
+    plan.run_config = {**(old or {}), "trainer": trainer, "recipe": recipe, "sessions": sessions,
+                       "created": (old or {}).get("created", _now())}
+    return plan
+
+
+def _update_run_config(output_dir: Path, **values: Any) -> None:
+    path = output_dir / RUN_CONFIG
+    if not path.is_file():
+        return
+    data = json.loads(path.read_text())
+    data.update(values)
+    if data.get("sessions"):
+        data["sessions"][-1].update({k: v for k, v in values.items() if k in ("last_checkpoint_step", "completed_step")})
+    _atomic_json(path, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# the callback that carries our state in trainer_state.json
+
+class RunState(TrainerCallback, ExportableState):
+    """Saves by wall time and at new best validations, and stores the curriculum and the wall time
+    spent in every checkpoint's ``trainer_state.json`` (``stateful_callbacks.RunState``).
+
+    Put it after the budget and curriculum callbacks (:func:`attach` does)."""
+
+    def __init__(self, plan: ResumePlan | None = None, *, budget=None, curriculum=None,
+                 save_every_minutes: float | None = None) -> None:
+        self.plan = plan
+        self.budget = budget
+        self.curriculum = curriculum
+        self.save_every_minutes = save_every_minutes
+        self.spent_before = plan.seconds_spent if plan is not None else 0.0
+        self._start: float | None = None
+        self._last_save = time.monotonic()
+        self._best_step_marked: int | None = None
+        self.stopped = False
+
+    def seconds_spent(self) -> float:
+        return self.spent_before + (time.monotonic() - self._start if self._start is not None else 0.0)
+
+    def state(self) -> dict[str, Any]:
+        attributes: dict[str, Any] = {"seconds_spent": round(self.seconds_spent(), 3), "stopped": self.stopped}
+        if self.curriculum is not None:
+            attributes["curriculum"] = self.curriculum.export_state()
+        return {"args": {}, "attributes": attributes}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._start = self._last_save = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        saving = args.save_strategy != "no"
+        best = getattr(self.curriculum, "best", None)
+        if best is not None and best.get("step") == state.global_step and self._best_step_marked != state.global_step:
+            # a new best validation: keep its checkpoint (Trainer never rotates best_model_checkpoint away)
+            self._best_step_marked = state.global_step
+            state.best_global_step, state.best_metric = state.global_step, float(best["accuracy"])
+            control.should_save = control.should_save or saving
+        if self.save_every_minutes and time.monotonic() - self._last_save >= 60.0 * float(self.save_every_minutes):
+            control.should_save = control.should_save or saving
+        if control.should_training_stop and state.global_step < state.max_steps:
+            self.stopped = True  # a time budget (or another callback) ended the run: save where it ended
+            control.should_save = control.should_save or saving
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        self._last_save = time.monotonic()
+        if state.is_world_process_zero and self.plan is not None:
+            _update_run_config(self.plan.output_dir, last_checkpoint_step=state.global_step)
+        return control
+
+
+def _best_weights(model, folder: Path) -> dict[str, Any] | None:
+    try:
+        loaded = type(model).from_pretrained(str(folder), dtype=next(model.parameters()).dtype)
+    except Exception as exc:  # noqa: BLE001 - a broken best checkpoint must not stop the resume
+        logger.warning("could not read the best checkpoint %s (%s); the final weights will be kept", folder, exc)
+        return None
+    return {k: v.detach().to("cpu", copy=True) for k, v in loaded.state_dict().items()}
+
+
+def attach(trainer, plan: ResumePlan, *, budget=None, curriculum=None, quiet: bool | None = None) -> RunState:
+    """Add :class:`RunState` and the progress bar / JSONL log (:mod:`anchored_reasoning.train.progress`)
+    to ``trainer`` and restore what ``plan`` carried over: the time spent (``budget.spent_before``) and
+    the curriculum's stage, history and best weights."""
+    from anchored_reasoning.train.progress import install_progress
+
+    run_state = RunState(plan, budget=budget, curriculum=curriculum,
+                         save_every_minutes=getattr(trainer.args, "save_every_minutes", None))
+    if trainer.args.save_strategy == "no":
+        logger.warning("training.save_strategy is 'no': this run saves no checkpoints, so a rerun starts over")
+    if budget is not None:
+        budget.spent_before = plan.seconds_spent
+    saved_curriculum = plan.saved.get("curriculum")
+    if curriculum is not None and saved_curriculum:
+        best_weights = None
+        if saved_curriculum.get("best") and plan.best_checkpoint is not None:
+            best_weights = _best_weights(trainer.accelerator.unwrap_model(trainer.model), plan.best_checkpoint)
+        if saved_curriculum.get("best") and best_weights is None:
+            logger.warning("the best validated checkpoint (step %s) is gone; the best record starts over",
+                           saved_curriculum["best"].get("step"))
+            saved_curriculum = {**saved_curriculum, "best": None}
+        curriculum.restore_state(saved_curriculum, seconds_spent=plan.seconds_spent, best_weights=best_weights)
+    trainer.add_callback(run_state)
+    install_progress(trainer, plan.output_dir, budget_seconds=getattr(budget, "seconds", None),
+                     clock=run_state.seconds_spent, quiet=quiet, session=plan.session)
+    return run_state
+
+
+def train(trainer, plan: ResumePlan) -> None:
+    """``trainer.train()``, resuming from ``plan.checkpoint``. A checkpoint that already is the end of
+    training (the final model was not written yet) is loaded and finished without another step."""
+    from anchored_reasoning.train.progress import console_logging
+
+    if trainer.is_world_process_zero() and plan.run_config:
+        plan.output_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_json(plan.output_dir / RUN_CONFIG, plan.run_config)
+    with console_logging(plan.output_dir):
+        if plan.checkpoint is None:
+            trainer.train()
+            return
+        spent = plan.seconds_spent
+        logger.info("resuming from %s (step %d, %s of training already spent)", plan.checkpoint.name, plan.step,
+                    f"{spent / 60:.1f} min" if spent >= 60 else f"{spent:.0f} s")
+        if not plan.complete:
+            trainer.train(resume_from_checkpoint=str(plan.checkpoint))
+            return
+        from transformers.trainer_callback import TrainerState
+
+        trainer._load_from_checkpoint(str(plan.checkpoint))  # transformers' own loader (pinned in pyproject)
+        trainer.state = TrainerState.load_from_json(str(plan.checkpoint / TRAINER_STATE))
+        trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+
+
+def save_model(trainer, output_dir: str | os.PathLike) -> None:
+    """``trainer.save_model(output_dir)`` (the final model) without transformers' one-line shard bar."""
+    from anchored_reasoning.train.progress import no_transformers_bars
+
+    with no_transformers_bars():
+        trainer.save_model(str(output_dir))
+
+
+def mark_complete(plan: ResumePlan, trainer) -> None:
+    """Record in ``run_config.json`` that the final model of this run is written."""
+    if trainer.is_world_process_zero():
+        _update_run_config(plan.output_dir, completed_step=trainer.state.global_step, completed=_now())
