@@ -58,7 +58,7 @@ class DemoSettings:
 
     methods: list[str] = field(default_factory=lambda: list(DEMO_METHODS))
     seed: int = 0
-    budget_minutes: float = 12.0
+    budget_minutes: float = 9.0  # + ~2-3 min of install on a fresh machine: make demo <= 12 min
     train_n: int = 20000
     eval_n: int = 240  # held-out problems, split equally over ``hops``
     real_n: int = 0
