@@ -24,7 +24,7 @@ trainer such as GRPO should too)::
 :func:`plan_resume` writes the resolved recipe to ``<output_dir>/run_config.json``; a rerun whose
 recipe differs (outside :data:`VOLATILE_KEYS`) is refused with a :class:`ResumeError` naming each key
 (the eval runner's :func:`~anchored_reasoning.eval.runner.diff_settings`). The newest checkpoint is
-checked before use (:func:`checkpoint_problem`): one cut short by a kill during its save is moved
+checked before use (:func:`~anchored_reasoning.train.checkpoint_files.checkpoint_problem`): one cut short by a kill during its save is moved
 aside to ``incomplete-checkpoint-<step>`` (never deleted) with a warning, and the previous one is
 used. Checkpoints that an earlier session saved but that are all gone or broken are an error, never
 a silent restart from step 0. See docs/checkpoints.md.
@@ -35,9 +35,7 @@ import datetime as _dt
 import json
 import logging
 import os
-import re
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -46,12 +44,16 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from anchored_reasoning.errors import ResumeError
+from anchored_reasoning.train.checkpoint_files import (  # noqa: F401 - part of this module's API
+    TRAINER_STATE,
+    checkpoint_problem,
+    list_checkpoints,
+    newest_good_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
 RUN_CONFIG = "run_config.json"
-TRAINER_STATE = "trainer_state.json"
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 #: Recipe defaults for saving (a recipe's own ``training`` values win).
 SAVE_DEFAULTS: dict[str, Any] = {
     "save_strategy": "steps",
@@ -88,99 +90,6 @@ def _atomic_json(path: Path, data: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------------------------------
-# finding a good checkpoint
-
-def checkpoint_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be resumed from (a file missing, unreadable or cut short), or None.
-
-    The Trainer writes the weights, then optimizer / scheduler / RNG, then ``trainer_state.json``;
-    a kill during the save leaves the state file absent or one of the others truncated."""
-    state_path = folder / TRAINER_STATE
-    if not state_path.is_file():
-        return f"no {TRAINER_STATE} (the save was cut short)"
-    try:
-        state = json.loads(state_path.read_text())
-        step = int(state["global_step"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"{TRAINER_STATE} is unreadable ({exc})"
-    match = CHECKPOINT_RE.match(folder.name)
-    if match and int(match.group(1)) != step:
-        return f"{TRAINER_STATE} says step {step}, the folder name says {match.group(1)}"
-    weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
-    if not weights:
-        return "no model weights"
-    for path in weights:
-        problem = _safetensors_problem(path) if path.suffix == ".safetensors" else _zip_problem(path)
-        if problem:
-            return f"{path.name}: {problem}"
-    for name in ("optimizer.pt", "scheduler.pt"):
-        if not (folder / name).is_file():
-            return f"no {name} (saved with save_only_model? such a checkpoint cannot resume training)"
-    for path in [folder / "optimizer.pt", folder / "scheduler.pt", *sorted(folder.glob("rng_state*.pth"))]:
-        problem = _zip_problem(path)
-        if problem:
-            return f"{path.name}: {problem}"
-    return None
-
-
-def _zip_problem(path: Path) -> str | None:
-    """torch.save files are zip archives: a truncated one fails the CRC / central-directory check."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            bad = zf.testzip()
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        return f"unreadable ({exc})"
-    return f"corrupt member {bad}" if bad else None
-
-
-def _safetensors_problem(path: Path) -> str | None:
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if n <= 0 or 8 + n > size:
-                return "header cut short"
-            header = json.loads(f.read(n))
-    except (OSError, ValueError) as exc:
-        return f"unreadable ({exc})"
-    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    return None if 8 + n + end <= size else f"{size} bytes, the header promises {8 + n + end}"
-
-
-def list_checkpoints(output_dir: Path) -> list[Path]:
-    """``checkpoint-<step>`` folders, oldest step first."""
-    if not output_dir.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def newest_good_checkpoint(output_dir: Path, *, move_aside: bool = True) -> tuple[Path | None, list[str]]:
-    """The newest checkpoint that :func:`checkpoint_problem` passes, and a line per newer one that
-    failed (each moved aside to ``incomplete-<name>`` when ``move_aside``, so Trainer's rotation never
-    counts it; nothing is deleted)."""
-    skipped = []
-    for folder in reversed(list_checkpoints(output_dir)):
-        problem = checkpoint_problem(folder)
-        if problem is None:
-            return folder, skipped
-        line = f"{folder.name}: {problem}"
-        if move_aside:
-            target = folder.with_name(f"incomplete-{folder.name}")
-            k = 1
-            while target.exists():
-                target = folder.with_name(f"incomplete-{folder.name}.{k}")
-                k += 1
-            try:
-                folder.rename(target)
-                line += f" (moved to {target.name})"
-            except FileNotFoundError:  # another process of this launch moved it first
-                pass
-        skipped.append(line)
-    return None, skipped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,7 +188,6 @@ def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, tra
     with checkpoints but no ``run_config.json``, and a run whose saved checkpoints are all gone or
     broken. The session is recorded in ``run_config.json`` by :func:`train`, once training starts."""
     out = Path(output_dir)
-    config_path = out / RUN_CONFIG
     recipe = json.loads(json.dumps({k: v for k, v in recipe.items() if not str(k).startswith("_") or k == "_examples"},
                                    default=str))
     old = check_run_config(out, recipe)
