@@ -35,6 +35,7 @@ import datetime as _dt
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,6 +322,13 @@ def attach(trainer, plan: ResumePlan, *, budget=None, curriculum=None, quiet: bo
     the curriculum's stage, history and best weights."""
     from anchored_reasoning.train.progress import install_progress
 
+    if trainer.args.restore_callback_states_from_checkpoint:
+        from anchored_reasoning.errors import ConfigError
+
+        # Trainer would rebuild each stateful callback from its saved args, cutting RunState loose from
+        # the curriculum and the budget; this module restores them itself.
+        raise ConfigError("training.restore_callback_states_from_checkpoint is not supported: resuming restores "
+                          "the callbacks' state already (train/checkpointing.py); leave it false")
     run_state = RunState(plan, budget=budget, curriculum=curriculum,
                          save_every_minutes=getattr(trainer.args, "save_every_minutes", None))
     if trainer.args.save_strategy == "no":
@@ -358,14 +366,38 @@ def train(trainer, plan: ResumePlan) -> None:
         spent = plan.seconds_spent
         logger.info("resuming from %s (step %d, %s of training already spent)", plan.checkpoint.name, plan.step,
                     f"{spent / 60:.1f} min" if spent >= 60 else f"{spent:.0f} s")
-        if not plan.complete:
-            trainer.train(resume_from_checkpoint=str(plan.checkpoint))
-            return
-        from transformers.trainer_callback import TrainerState
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tied = set(getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or ())
+        quiet_tied = _TiedKeysNotice(tied)
+        trainer_logger = logging.getLogger("transformers.trainer")
+        trainer_logger.addFilter(quiet_tied)
+        try:
+            if not plan.complete:
+                trainer.train(resume_from_checkpoint=str(plan.checkpoint))
+                return
+            from transformers.trainer_callback import TrainerState
 
-        trainer._load_from_checkpoint(str(plan.checkpoint))  # transformers' own loader (pinned in pyproject)
-        trainer.state = TrainerState.load_from_json(str(plan.checkpoint / TRAINER_STATE))
-        trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+            trainer._load_from_checkpoint(str(plan.checkpoint))  # transformers' own loader (pinned in pyproject)
+            trainer.state = TrainerState.load_from_json(str(plan.checkpoint / TRAINER_STATE))
+            trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+        finally:
+            trainer_logger.removeFilter(quiet_tied)
+
+
+class _TiedKeysNotice(logging.Filter):
+    """transformers 5 warns that a resumed checkpoint misses ``lm_head.weight`` when it is tied to the
+    embeddings (saved once, as the embeddings): drop that warning when every key named is tied."""
+
+    def __init__(self, tied: set[str]) -> None:
+        super().__init__()
+        self.tied = tied
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        if not msg.startswith("There were missing keys in the checkpoint model loaded"):
+            return True
+        named = set(re.findall(r"'([^']+)'", msg))
+        return not (named and named <= self.tied)
 
 
 def save_model(trainer, output_dir: str | os.PathLike) -> None:
