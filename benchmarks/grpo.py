@@ -176,10 +176,10 @@ def evaluate(ckpt: Path, out: Path, args: argparse.Namespace) -> Path:
     else:
         backend = get_backend("hf", str(ckpt), batch_size=32)
     examples = None
-    if args.smoke:  # the tiny models' context is too short for the real test prompts: small generated ones
+    if args.eval_generator is not None:  # held-out problems from the task's generator (seed 999, not a training seed)
         from anchored_reasoning.train.ar import generate_examples
 
-        examples = generate_examples("prosqa", args.eval_limit, 999, {"num_nodes": 6, "min_hops": 1, "max_hops": 2},
+        examples = generate_examples(meta.get("task"), args.eval_limit, 999, json.loads(args.eval_generator),
                                      split="heldout")
     run_eval(meta.get("task"), backend, build_method(None, ckpt), out_dir=out, split=args.eval_split,
              limit=args.eval_limit, temperature=0.0, max_new_tokens=args.max_new_tokens, progress=False,
@@ -192,8 +192,9 @@ def grpo_run(recipe: str, start: Path, out: Path, seed: int, overrides: list[str
 
     if (out / "train_summary.json").is_file():
         return out
+    resume = ["training.resume_from_checkpoint=true"] if any(out.glob("checkpoint-*")) else []  # a killed run
     return grpo.run(recipe, [f"model.name={start}", f"output_dir={out}", f"seed={seed}",
-                             "training.save_strategy=steps", *overrides])
+                             "training.save_strategy=steps", *overrides, *resume])
 
 
 def reward_curve(run: Path) -> list[tuple[int, float]]:
@@ -241,7 +242,8 @@ def train_bench(args: argparse.Namespace) -> dict[str, Any]:
     steps = [f"training.max_steps={args.steps}"] + (["training.max_train_seconds=null"] if args.smoke else [])
     start_eval = evaluate(sft, work / "eval-start", args)
     result: dict[str, Any] = {"start": str(sft), "recipe": args.recipe, "steps": args.steps, "gamma": args.gamma,
-                              "eval_split": args.eval_split, "eval_limit": args.eval_limit,
+                              "eval_split": args.eval_split if args.eval_generator is None else "generated",
+                              "eval_generator": args.eval_generator, "eval_limit": args.eval_limit,
                               "start_accuracy": accuracy(start_eval), "per_seed": {}}
     curves: dict[str, list[tuple[int, float]]] = {}
     for seed in args.seeds:
@@ -288,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gamma", type=float, default=1.0)
     p.add_argument("--eval-split", default="test")
     p.add_argument("--eval-limit", type=int, default=200)
+    p.add_argument("--eval-generator", metavar="JSON", help="evaluate on --eval-limit generated held-out problems "
+                   "with these generator params (e.g. '{\"num_nodes\": 7, \"min_hops\": 1, \"max_hops\": 2}') instead of --eval-split")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=16, help="cost: completions per step")
     p.add_argument("--generations", type=int, default=8, help="cost: completions per prompt")
@@ -309,6 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         args.steps, args.eval_limit, args.seeds = min(args.steps, 2), min(args.eval_limit, 8), args.seeds[:3]
         args.repeats, args.batch, args.generations, args.max_completion_length = 2, 8, 4, 12
         args.max_new_tokens = min(args.max_new_tokens, 16)
+        args.eval_generator = args.eval_generator or '{"num_nodes": 6, "min_hops": 1, "max_hops": 2}'  # tiny contexts
         if args.out is None or Path(args.out).resolve().parent == RESULTS.resolve():
             raise SystemExit("--smoke measures nothing: pass --out outside benchmarks/results/")
         args.png = str(Path(args.out).with_suffix(".png"))

@@ -9,7 +9,7 @@ A recipe (YAML, see ``train/grpo_*.yaml``)::
     task: prosqa                      # default: the checkpoint's task (anchored_reasoning.json)
     model: {name: runs/prosqa-acot}   # a checkpoint trained here, an instruct model (path / Hub id / alias)
     method: {name: cot}               # instruct models only (nocot | cot); checkpoints use their own format
-    data:  {train: {generator: prosqa, n: 2000}, valid: {split: valid, limit: 100}}
+    data:  {train: {generator: prosqa, n: 2000}}    # or {split: train, limit: ...}
     rewards: {correctness: 1.0, format: 0.1, anchor_coverage: 0.0}   # train/rewards.py; weight 0 = off
     training: {max_steps: 50, num_generations: 8, max_completion_length: 128, gamma: 1.0}  # AnchoredGRPOConfig
 
@@ -66,7 +66,7 @@ def schema(config_cls: type = AnchoredGRPOConfig) -> dict[str, Any]:
         "model": {"name": None, "preset": None, "config": None, "tokenizer": None, "tokenizer_vocab_size": None,
                   "dtype": None},
         "method": {"name": None, "options": None},
-        "data": {"train": _data_spec(), "valid": _data_spec()},
+        "data": {"train": _data_spec()},  # held-out evaluation is the eval runner's job (anchored-reasoning eval)
         "rewards": {**{name: None for name in REWARDS}, "tests_timeout_s": None},
         "sampler": {f.name: None for f in dataclasses.fields(SamplerConfig) if f.name not in ("gen_length", "seed")},
         "training": {f.name: None for f in dataclasses.fields(config_cls) if f.init},
@@ -256,6 +256,7 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
     timeout = rewards_cfg.pop("tests_timeout_s", None) if rewards_cfg else None
     rewards = build_rewards(rewards_cfg, task, prompting.style, tests_timeout_s=timeout)
     config.reward_weights = rewards.weights
+    config.resume_from_checkpoint = resume_path(config)  # a missing checkpoint fails here, not after loading
     return Plan(recipe, config, meta, task, prompting, list(examples), rewards)
 
 
@@ -300,7 +301,7 @@ def finish(trainer, tokenizer, plan: Plan, budget) -> Path:
     recipe, prompting, rewards = plan.recipe, plan.prompting, plan.rewards
     output_dir = Path(trainer.args.output_dir)
     t0 = time.monotonic()
-    trainer.train(resume_from_checkpoint=resume_path(trainer.args))
+    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
     seconds = time.monotonic() - t0
     trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
