@@ -215,6 +215,21 @@ def test_a_damaged_checkpoint_is_detected_and_the_previous_one_used(tmp_path, da
     assert (tmp_path / "incomplete-checkpoint-8").is_dir() and not newest.exists()
 
 
+def test_fsdp_checkpoint_layouts_are_accepted_and_a_cut_short_shard_is_not(tmp_path):
+    full = _fake_checkpoint(tmp_path / "checkpoint-4", 4)  # FSDP FULL_STATE_DICT: *_fsdp.bin, optimizer.bin
+    (full / "optimizer.pt").rename(full / "optimizer.bin")
+    torch.save({"w": torch.ones(4)}, full / "pytorch_model_fsdp.bin")
+    assert checkpointing.checkpoint_problem(full) is None
+    sharded = _fake_checkpoint(tmp_path / "checkpoint-8", 8)  # SHARDED_STATE_DICT: folders written by DCP
+    (sharded / "optimizer.pt").unlink()
+    (sharded / "optimizer_0").mkdir()
+    (sharded / "pytorch_model_fsdp_0").mkdir()
+    (sharded / "pytorch_model_fsdp_0" / ".metadata").write_bytes(b"x")
+    assert "optimizer_0/ has no .metadata" in checkpointing.checkpoint_problem(sharded)
+    (sharded / "optimizer_0" / ".metadata").write_bytes(b"x")
+    assert checkpointing.checkpoint_problem(sharded) is None
+
+
 def test_a_time_boxed_run_carries_the_time_spent(tmp_path):
     ckpt = _fake_checkpoint(tmp_path / "checkpoint-4", 4)
     state = json.loads((ckpt / "trainer_state.json").read_text())

@@ -30,20 +30,30 @@ def checkpoint_problem(folder: Path) -> str | None:
     match = CHECKPOINT_RE.match(folder.name)
     if match and int(match.group(1)) != step:
         return f"{TRAINER_STATE} says step {step}, the folder name says {match.group(1)}"
+    # weights: save_pretrained files; FSDP adds pytorch_model_fsdp.bin (full) or pytorch_model_fsdp_0/ (sharded)
     weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
-    if not weights:
+    shards = sorted(p for p in folder.glob("pytorch_model_fsdp_*") if p.is_dir())
+    if not weights and not shards:
         return "no model weights"
-    for path in weights:
+    # optimizer: optimizer.pt (Trainer), optimizer.bin or optimizer_0/ (FSDP); DeepSpeed keeps its own
+    deepspeed = (folder / "latest").is_file()
+    optimizer = [folder / n for n in ("optimizer.pt", "optimizer.bin") if (folder / n).is_file()]
+    shards += sorted(p for p in folder.glob("optimizer_*") if p.is_dir())
+    if not (optimizer or deepspeed or any(p.name.startswith("optimizer_") for p in shards)):
+        return "no optimizer.pt (saved with save_only_model? such a checkpoint cannot resume training)"
+    if not (folder / "scheduler.pt").is_file() and not deepspeed:
+        return "no scheduler.pt (the save was cut short)"
+    files = [*weights, *optimizer]
+    if (folder / "scheduler.pt").is_file():
+        files.append(folder / "scheduler.pt")
+    files += sorted(folder.glob("rng_state*.pth"))
+    for path in files:
         problem = _safetensors_problem(path) if path.suffix == ".safetensors" else _zip_problem(path)
         if problem:
             return f"{path.name}: {problem}"
-    for name in ("optimizer.pt", "scheduler.pt"):
-        if not (folder / name).is_file():
-            return f"no {name} (saved with save_only_model? such a checkpoint cannot resume training)"
-    for path in [folder / "optimizer.pt", folder / "scheduler.pt", *sorted(folder.glob("rng_state*.pth"))]:
-        problem = _zip_problem(path)
-        if problem:
-            return f"{path.name}: {problem}"
+    for shard in shards:  # torch.distributed.checkpoint writes .metadata last
+        if not (shard / ".metadata").is_file():
+            return f"{shard.name}/ has no .metadata (the sharded save was cut short)"
     return None
 
 

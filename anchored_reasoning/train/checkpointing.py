@@ -194,6 +194,8 @@ def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, tra
     old = check_run_config(out, recipe)
 
     asked = (recipe.get("training") or {}).get("resume_from_checkpoint")
+    if asked is True or str(asked).lower() in ("true", "last"):
+        asked = None  # the newest checkpoint, which is what a rerun takes anyway
     if asked:
         checkpoint, skipped = Path(str(asked)), []
         if not checkpoint.is_dir():
