@@ -9,8 +9,10 @@
 ``cost``: one ACoT start (``--sft``; without it a logic-gpt2 ACoT checkpoint is trained for one step -- the
 cost does not depend on how good it is), one batch of prompts. The same batch goes through TRL's plain
 ``GRPOTrainer`` and our ``AnchoredGRPOTrainer`` (gamma = 1), interleaved ``--repeats`` times in one
-process: generation + reward scoring (identical code, same seed), then loss + backward. Reports the
-medians and two ratios: the loss + backward alone (where the anchor term lives) and the whole step.
+process: one generation + reward scoring per repeat (TRL's code, overridden by neither trainer) feeds
+both trainers' loss + backward. Reports the medians and two ratios: the loss + backward alone (where the
+anchor term lives) and the whole step (generation + scoring + loss + backward), with the quartiles of the
+per-repeat loss ratio (the noise of a shared machine).
 
 ``train`` (item 5 of the issue): from an SFT checkpoint (``--sft``, method read from it), for each seed a
 plain GRPO run (gamma = 0) and an anchored one (gamma = ``--gamma``) with the recipe ``--recipe``; every
@@ -124,25 +126,28 @@ def measure_cost(args: argparse.Namespace) -> dict[str, Any]:
     times: dict[str, dict[str, list[float]]] = {n: {"generate": [], "loss_backward": []} for n in ("plain", "anchored")}
     slots = []
     for rep in range(args.repeats + 1):  # the first round warms up and is not counted
+        # One generation + reward scoring per repeat (TRL's code, which neither trainer overrides) feeds both
+        # trainers: the same batch by construction, and no generation noise in the ratio.
+        plain.model.train()
+        torch.manual_seed(1000 + rep)
+        t0 = time.perf_counter()
+        inputs = plain._generate_and_score_completions([dict(r) for r in rows])
+        gen = time.perf_counter() - t0
         order = [("plain", plain), ("anchored", anchored)] if rep % 2 == 0 else [("anchored", anchored), ("plain", plain)]
         for name, trainer in order:
             trainer.model.train()
             trainer.current_gradient_accumulation_steps = 1
-            torch.manual_seed(1000 + rep)  # the same completions for both trainers
-            t0 = time.perf_counter()
-            inputs = trainer._generate_and_score_completions([dict(r) for r in rows])
-            t1 = time.perf_counter()
             trainer.model.zero_grad(set_to_none=True)
+            t1 = time.perf_counter()
             loss = trainer.compute_loss(trainer.model, inputs)
             loss.backward()
             t2 = time.perf_counter()
             if rep:
-                times[name]["generate"].append(t1 - t0)
+                times[name]["generate"].append(gen)
                 times[name]["loss_backward"].append(t2 - t1)
-            if name == "anchored" and anchored.anchor_table is not None:
-                labels = anchored.anchor_table.labels_for(inputs["prompt_ids"], inputs["prompt_mask"],
-                                                          inputs["prompt_ids"].size(1))
-                slots.append(int(((labels if labels is not None else torch.zeros(1)) != -100).sum()))
+        if anchored.anchor_table is not None:
+            labels = anchored.anchor_table.labels_for(inputs["prompt_ids"], inputs["prompt_mask"], inputs["prompt_ids"].size(1))
+            slots.append(int((labels != -100).sum()) if labels is not None else 0)
     med = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in times.items()}
     full = {n: m["generate"] + m["loss_backward"] for n, m in med.items()}
     # the two trainers run back to back in each repeat: per-repeat ratios show the noise of a shared machine

@@ -86,16 +86,13 @@ class DiffusionGRPOTrainer(GRPOTrainer):
         self.beta = beta
         if beta != 0.0:
             self.ref_model = copy.deepcopy(self.accelerator.unwrap_model(self.model)).eval().requires_grad_(False)
-        self.generation_rounds = 0
-        self.sampler_calls = 0
-        self.logp_calls = 0
+        self.generation_rounds = 0  # salts the prompt mask: one mask per sample and generation round
 
     # -- generation from our samplers --------------------------------------------------------
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         from anchored_reasoning.sampling.samplers import sample
         from trl.trainer.utils import pad
 
-        self.sampler_calls += 1
         self.generation_rounds += 1
         device = self.accelerator.device
         tensors = [torch.tensor(ids) for ids in prompt_ids]
@@ -135,7 +132,6 @@ class DiffusionGRPOTrainer(GRPOTrainer):
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
         if any(v is not None for v in multimodal.values()):
             raise ConfigError("diffusion GRPO takes text prompts only")
-        self.logp_calls += 1
         plen = input_ids.size(1) - logits_to_keep
         noisy = input_ids.clone()
         noisy[self._prompt_mask(input_ids, attention_mask, plen)] = self.mask_token_id
