@@ -25,8 +25,12 @@ block can re-mask (``stats.can_remask`` tells which steps can), and every token 
 mask token is always excluded here). By default :func:`make_model_fn` calls
 ``model(input_ids=z, attention_mask=...)``; pass your own ``model_fn`` to insert an anchor cache
 (TADM) or any other policy; ``anchor_refresh_every=K > 1`` does that for you with
-:class:`~.cache.AnchorCacheModelFn` (the anchor is recomputed every K model calls). The model is
-only called at steps that reveal at least one token.
+:class:`~.cache.AnchorCacheModelFn` (the anchor is recomputed every K model calls).
+``kv_cache="prefix"``/``"dual"`` (our MDLM/ADLM/TADM only) uses :class:`~.kv_cache.KVCacheModelFn`,
+Fast-dLLM's approximate KV cache: a full pass at each block's start, then only the block (and, for
+"prefix", the masked suffix) is recomputed; it composes with ``anchor_refresh_every``. A block-aware
+``model_fn`` gets ``start_block(start, end)`` before each block and may return logits from
+position ``logits_offset`` on. The model is only called at steps that reveal at least one token.
 
 **EOS.** Generation always fills all ``gen_length`` positions; cut the text at the first EOS
 afterwards. With ``stop_at_eos=True`` (needs ``eos_token_id``), at each block boundary a row whose
@@ -79,6 +83,7 @@ class SamplerConfig:
     stop_at_eos: bool = False
     eos_token_id: int | None = None
     anchor_refresh_every: int = 1  # K: two-stage models (ADLM, TADM) reuse the anchor for K model calls
+    kv_cache: str = "none"  # "prefix" / "dual": Fast-dLLM's approximate KV cache per block (our models; kv_cache.py)
 
     def __post_init__(self) -> None:
         self.remasking = _ALIASES.get(self.remasking, self.remasking)
@@ -96,6 +101,7 @@ class SamplerConfig:
             (0 <= self.threshold <= 1, f"threshold={self.threshold} must be in [0, 1]"),
             (not self.stop_at_eos or self.eos_token_id is not None, "stop_at_eos=True needs eos_token_id"),
             (self.anchor_refresh_every >= 1, f"anchor_refresh_every={self.anchor_refresh_every} must be >= 1"),
+            (self.kv_cache in ("none", "prefix", "dual"), f"kv_cache={self.kv_cache!r}: choose none, prefix or dual"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -255,6 +261,12 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
     full_mask = None
     if attention_mask is not None:
         full_mask = torch.cat([attention_mask.to(device), torch.ones(bsz, cfg.gen_length, dtype=attention_mask.dtype, device=device)], 1)
+    if cfg.kv_cache != "none":  # Fast-dLLM's approximate KV cache, composed with the anchor cache
+        if model_fn is not None:
+            raise ConfigError(f"kv_cache={cfg.kv_cache!r} builds its own model_fn; pass either kv_cache or model_fn")
+        from .kv_cache import KVCacheModelFn
+
+        model_fn = KVCacheModelFn(model, cfg.kv_cache, cfg.anchor_refresh_every, full_mask)
     if model_fn is None and cfg.anchor_refresh_every > 1:  # the anchor-cache policy (TADM); K = 1 is the plain model
         from .cache import AnchorCacheModelFn
 
@@ -268,6 +280,8 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
     for b, ((s, e), n_steps) in enumerate(zip(blocks, _steps_per_block(cfg, len(blocks)) if blocks else [])):
         if cfg.stop_at_eos and b > 0 and _fill_after_eos(x, plen, s, cfg, mask_id, stats):
             break
+        if hasattr(fn, "start_block"):  # a block-aware model_fn (the KV cache) refreshes here
+            fn.start_block(plen + s, plen + e)
         step = _run_block(fn, x, plen + s, plen + e, n_steps, b, step, mask_id, cfg, gen, stats, callback)
     stats.seconds = time.perf_counter() - start_time
     return x, stats
@@ -300,7 +314,9 @@ def _run_block(fn, x, start, end, n_steps, block, step, mask_id, cfg, gen, stats
 
         def predict():  # at most one model call (and one draw of tokens) per step
             if not cache:
-                cache.append(_predict(fn(x, step)[:, region], mask_id, cfg, gen))
+                logits = fn(x, step)
+                off = getattr(fn, "logits_offset", 0)  # a KV-cached fn returns positions off.. only
+                cache.append(_predict(logits[:, start - off:end - off], mask_id, cfg, gen))
                 stats.nfe += 1
             return cache[0]
 
