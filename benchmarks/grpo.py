@@ -197,9 +197,8 @@ def grpo_run(recipe: str, start: Path, out: Path, seed: int, overrides: list[str
 
     if (out / "train_summary.json").is_file():
         return out
-    resume = ["training.resume_from_checkpoint=true"] if any(out.glob("checkpoint-*")) else []  # a killed run
-    return grpo.run(recipe, [f"model.name={start}", f"output_dir={out}", f"seed={seed}",
-                             "training.save_strategy=steps", *overrides, *resume])
+    # rerunning the same command resumes a killed run from its newest checkpoint (train/checkpointing.py)
+    return grpo.run(recipe, [f"model.name={start}", f"output_dir={out}", f"seed={seed}", *overrides])
 
 
 def reward_curve(run: Path) -> list[tuple[int, float]]:

@@ -108,17 +108,38 @@ def test_an_instruct_model_is_prompted_with_its_chat_template(tmp_path):
     assert "rewards/correctness/mean" in prompt
 
 
-def test_checkpoint_and_resume(sft, tmp_path):
-    args = [f"model.name={sft}", f"output_dir={tmp_path}", "training.save_strategy=steps", "training.save_steps=1"]
-    grpo.run("grpo_tiny_test", args)
-    assert (tmp_path / "checkpoint-2").is_dir()
-    grpo.run("grpo_tiny_test", args + ["training.max_steps=3", "training.resume_from_checkpoint=true"])
+class Killed(Exception):
+    """Stands in for a SIGKILL right after a checkpoint is written."""
+
+
+def test_a_killed_run_resumes_when_rerun(sft, tmp_path, monkeypatch):
+    from transformers import Trainer
+
+    from anchored_reasoning.errors import ResumeError
+
+    args = [f"model.name={sft}", f"output_dir={tmp_path}", "training.max_steps=3", "training.save_steps=1"]
+    save = Trainer._save_checkpoint
+
+    def save_then_die(self, model, trial):
+        save(self, model, trial)
+        if self.state.global_step == 2:
+            raise Killed
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        grpo.run("grpo_tiny_test", args)
+    monkeypatch.setattr(Trainer, "_save_checkpoint", save)
+    assert (tmp_path / "checkpoint-2").is_dir() and not (tmp_path / "train_summary.json").exists()
+    with pytest.raises(ResumeError, match="learning_rate"):  # another recipe in the same folder is refused
+        grpo.run("grpo_tiny_test", args + ["training.learning_rate=0.5"])
+    grpo.run("grpo_tiny_test", args)  # the same command again: resumes at step 2
     summary = json.loads((tmp_path / "train_summary.json").read_text())
-    assert summary["global_steps"] == 3 and (tmp_path / "checkpoint-3").is_dir()
+    assert summary["global_steps"] == 3
     assert [h["step"] for h in summary["log_history"] if "loss" in h] == [1, 2, 3]  # steps 1-2 restored, not rerun
-    with pytest.raises(ConfigError, match="no checkpoint"):
-        grpo.run("grpo_tiny_test", [f"model.name={sft}", f"output_dir={tmp_path / 'empty'}",
-                                    "training.resume_from_checkpoint=true"])
+    sessions = json.loads((tmp_path / "run_config.json").read_text())["sessions"]
+    assert [s["resumed_from_step"] for s in sessions] == [0, 2]
+    assert grpo.run("grpo_tiny_test", args) == tmp_path  # finished: a third run does nothing
+    assert len(json.loads((tmp_path / "run_config.json").read_text())["sessions"]) == 2
 
 
 def test_bad_recipes_fail_before_any_model_work(sft, tmp_path):

@@ -22,8 +22,8 @@ A diffusion checkpoint (``"backend": "diffusion"``) is trained by :mod:`.diffusi
 **Anchored GRPO.** With ``gamma > 0`` and prompts holding ``[ANT]`` slots the loss adds ``gamma x`` the
 anchor cross-entropy at the slots, scored in the same forward pass (:mod:`.grpo_trainer`).
 
-Checkpoints and resume are the transformers Trainer's own (``training.save_strategy: steps``,
-``training.resume_from_checkpoint: true`` = the newest ``checkpoint-N``). See docs/grpo.md.
+Checkpoints and resume work as in every trainer (:mod:`.checkpointing`): the transformers Trainer's own
+``checkpoint-N`` folders (recipes save by default); rerunning the same command resumes from the newest.
 """
 from __future__ import annotations
 
@@ -81,15 +81,17 @@ def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = (
 
 
 def make_config(recipe: Mapping[str, Any], output_dir: Path, config_cls: type = AnchoredGRPOConfig):
-    training = dict(recipe.get("training") or {})
+    """The trainer config, with the shared save defaults (train/checkpointing.py) under the recipe's values."""
+    from anchored_reasoning.train.checkpointing import with_save_defaults
+
+    training = with_save_defaults(recipe.get("training") or {})
     training.setdefault("seed", int(recipe.get("seed", 0)))
     training["output_dir"] = str(output_dir)
-    resume = training.pop("resume_from_checkpoint", None)
+    training.pop("resume_from_checkpoint", None)  # read by checkpointing.plan_resume
     try:
         config = config_cls(**training)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"recipe 'training' section: {exc}") from None
-    config.resume_from_checkpoint = resume
     check_generation_backend(config)
     return config
 
@@ -106,23 +108,6 @@ def check_generation_backend(config: Any) -> None:
                           "set training.use_vllm=false on a CPU")
     if config.vllm_mode not in ("server", "colocate"):
         raise ConfigError(f"training.vllm_mode must be 'server' or 'colocate', got {config.vllm_mode!r}")
-
-
-def resume_path(config: Any) -> str | None:
-    """``resume_from_checkpoint``: a path, or true / "last" for the newest checkpoint-N in output_dir."""
-    value = getattr(config, "resume_from_checkpoint", None)
-    if value in (None, False, ""):
-        return None
-    if value is True or str(value).lower() in ("true", "last"):
-        from transformers.trainer_utils import get_last_checkpoint
-
-        last = get_last_checkpoint(config.output_dir) if Path(config.output_dir).is_dir() else None
-        if last is None:
-            raise ConfigError(f"training.resume_from_checkpoint=true but {config.output_dir} holds no checkpoint-N folder")
-        return last
-    if not Path(str(value)).is_dir():
-        raise ConfigError(f"training.resume_from_checkpoint: {value} is not a checkpoint folder")
-    return str(value)
 
 
 def start_meta(name: str | None) -> dict[str, Any] | None:
@@ -216,6 +201,7 @@ class Plan:
     prompting: Prompting
     examples: list[Example]
     rewards: Any
+    resume: Any = None  # the checkpointing.ResumePlan: where this run resumes from, or that it is finished
 
     @property
     def diffusion(self) -> bool:
@@ -256,8 +242,12 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
     timeout = rewards_cfg.pop("tests_timeout_s", None) if rewards_cfg else None
     rewards = build_rewards(rewards_cfg, task, prompting.style, tests_timeout_s=timeout)
     config.reward_weights = rewards.weights
-    config.resume_from_checkpoint = resume_path(config)  # a missing checkpoint fails here, not after loading
-    return Plan(recipe, config, meta, task, prompting, list(examples), rewards)
+    from anchored_reasoning.train import checkpointing
+
+    # a rerun of the same command resumes; a changed recipe or lost checkpoints fail here, before any loading
+    resume = checkpointing.plan_resume(output_dir, {**recipe, "_examples": checkpointing.examples_fingerprint(examples)},
+                                       trainer="grpo")
+    return Plan(recipe, config, meta, task, prompting, list(examples), rewards, resume)
 
 
 def build_trainer(plan: Plan, callbacks: Sequence[Any] = ()):
@@ -291,19 +281,25 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     from anchored_reasoning.train.curriculum import TimeBudgetCallback
 
     plan = prepare(recipe, overrides)
+    if plan.resume.finished:
+        return Path(plan.config.output_dir)
     budget = TimeBudgetCallback(plan.config.max_train_seconds)
     trainer, tokenizer = build_trainer(plan, [budget])
     return finish(trainer, tokenizer, plan, budget)
 
 
 def finish(trainer, tokenizer, plan: Plan, budget) -> Path:
-    """Train (resuming when asked), save weights, tokenizer, metadata and ``train_summary.json``."""
+    """Train (resuming from the newest good checkpoint, train/checkpointing.py), save weights, tokenizer,
+    metadata and ``train_summary.json``."""
+    from anchored_reasoning.train import checkpointing
+
     recipe, prompting, rewards = plan.recipe, plan.prompting, plan.rewards
     output_dir = Path(trainer.args.output_dir)
+    checkpointing.attach(trainer, plan.resume, budget=budget)
     t0 = time.monotonic()
-    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
+    checkpointing.train(trainer, plan.resume)
     seconds = time.monotonic() - t0
-    trainer.save_model(str(output_dir))
+    checkpointing.save_model(trainer, output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(output_dir))
         grpo = {"start": recipe.get("model", {}).get("name") or recipe.get("model", {}).get("preset"),
@@ -323,6 +319,7 @@ def finish(trainer, tokenizer, plan: Plan, budget) -> Path:
             "log_history": trainer.state.log_history, **trainer_facts(trainer),
         }
         (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    checkpointing.mark_complete(plan.resume, trainer)
     trainer.accelerator.wait_for_everyone()
     logger.info("saved %s (%d GRPO steps, %.0fs)", output_dir, trainer.state.global_step, seconds)
     return output_dir

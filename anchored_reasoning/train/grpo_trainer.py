@@ -35,6 +35,8 @@ class AnchoredGRPOConfig(GRPOConfig):
     gamma: float = field(default=1.0, metadata={"help": "weight of the anchor cross-entropy at [ANT] slots (0 = plain GRPO)"})
     ant_token: str = field(default="[ANT]", metadata={"help": "the anchor slot token"})
     max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this many seconds"})
+    save_every_minutes: float | None = field(
+        default=None, metadata={"help": "also save a checkpoint after this much wall time (train/checkpointing.py)"})
     report_to: str | list[str] | None = "none"
     bf16: bool | None = False
     save_strategy: str = "no"
