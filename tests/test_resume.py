@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -248,3 +249,34 @@ def test_a_time_boxed_run_carries_the_time_spent(tmp_path):
     state["stateful_callbacks"]["RunState"]["attributes"]["seconds_spent"] = 100.5
     (ckpt / "trainer_state.json").write_text(json.dumps(state))
     assert checkpointing.plan_resume(tmp_path, recipe, trainer="ar").complete
+
+
+def test_run_state_saves_by_wall_time_at_a_stop_and_at_a_new_best():
+    import time
+
+    from transformers import TrainerControl
+
+    args = SimpleNamespace(save_strategy="steps")
+    state = SimpleNamespace(global_step=3, max_steps=100, best_global_step=None, best_metric=None,
+                            is_world_process_zero=True)
+    curriculum = SimpleNamespace(best=None, export_state=lambda: {"stage": 1})
+    run_state = checkpointing.RunState(None, curriculum=curriculum, save_every_minutes=0.001)  # 60 ms
+    run_state.on_train_begin(args, state, TrainerControl())
+    control = run_state.on_step_end(args, state, TrainerControl())
+    assert not control.should_save
+    time.sleep(0.08)
+    assert run_state.on_step_end(args, state, TrainerControl()).should_save  # wall time since the last save
+    run_state.on_save(args, state, TrainerControl())
+    assert not run_state.on_step_end(args, state, TrainerControl()).should_save
+    # a time budget stopped the run: save where it stopped, and remember it was stopped
+    stopping = TrainerControl(should_training_stop=True)
+    assert run_state.on_step_end(args, state, stopping).should_save and run_state.stopped
+    # a new best validation at this step: keep its checkpoint as the Trainer's best
+    curriculum.best = {"step": 3, "accuracy": 0.75}
+    assert run_state.on_step_end(args, state, TrainerControl()).should_save
+    assert (state.best_global_step, state.best_metric) == (3, 0.75)
+    assert run_state.state()["attributes"] == {"seconds_spent": pytest.approx(run_state.seconds_spent(), abs=0.1),
+                                              "stopped": True, "curriculum": {"stage": 1}}
+    # with saving off, nothing asks for a save
+    off = SimpleNamespace(save_strategy="no")
+    assert not run_state.on_step_end(off, state, TrainerControl(should_training_stop=True)).should_save
