@@ -198,7 +198,6 @@ def method_recipe(
             "curriculum_schedule": "fraction",
             "reset_optimizer_on_stage": True,
             "generation_eval": False,
-            "disable_tqdm": True,
             "dataloader_pin_memory": False,
         },
     }
@@ -238,7 +237,7 @@ def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int, task
 
     backend = get_backend("hf", ckpt, batch_size=64, device="cpu")
     method = build_method(None, ckpt)
-    summary = run_eval(task, backend, method, out_dir=out_dir, examples=examples, max_new_tokens=max_new_tokens, progress=False)
+    summary = run_eval(task, backend, method, out_dir=out_dir, examples=examples, max_new_tokens=max_new_tokens)
     acc = summary["accuracy"]
     out = {
         "accuracy": acc["mean"],
