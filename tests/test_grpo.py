@@ -180,6 +180,10 @@ def test_every_grpo_recipe_validates():
     for path in recipes:
         recipe = grpo.resolve_recipe(path)
         assert recipe["trainer"] == "grpo"
-        if not (recipe.get("training") or {}).get("use_vllm"):  # CPU recipes build their config here
-            cls = DiffusionGRPOConfig if "sampler" in recipe else grpo.AnchoredGRPOConfig
-            grpo.make_config(recipe, Path("/tmp/unused"), cls)
+        config = grpo.make_config(recipe, Path("/tmp/unused"))
+        assert isinstance(config, DiffusionGRPOConfig) == ("sampler" in recipe), path.name
+        if config.use_vllm:  # the GPU recipes: TRL's vLLM generation, refused on a machine without CUDA
+            assert config.vllm_mode == "colocate" and config.bf16
+            if not torch.cuda.is_available():
+                with pytest.raises(ConfigError, match="CUDA|vLLM"):
+                    grpo.check_generation_backend(config)

@@ -80,9 +80,16 @@ def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = (
     return recipes_mod.resolve(recipe, overrides, schema=schema(DiffusionGRPOConfig), trainer="grpo")
 
 
-def make_config(recipe: Mapping[str, Any], output_dir: Path, config_cls: type = AnchoredGRPOConfig):
-    """The trainer config, with the shared save defaults (train/checkpointing.py) under the recipe's values."""
+def make_config(recipe: Mapping[str, Any], output_dir: Path, config_cls: type | None = None):
+    """The trainer config, with the shared save defaults (train/checkpointing.py) under the recipe's values.
+    ``config_cls`` defaults to what the recipe itself implies (a ``sampler`` section: a diffusion recipe);
+    :func:`prepare` passes the one the start checkpoint needs."""
     from anchored_reasoning.train.checkpointing import with_save_defaults
+
+    if config_cls is None:
+        from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+
+        config_cls = DiffusionGRPOConfig if recipe.get("sampler") else AnchoredGRPOConfig
 
     training = with_save_defaults(recipe.get("training") or {})
     training.setdefault("seed", int(recipe.get("seed", 0)))
@@ -92,7 +99,6 @@ def make_config(recipe: Mapping[str, Any], output_dir: Path, config_cls: type = 
         config = config_cls(**training)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"recipe 'training' section: {exc}") from None
-    check_generation_backend(config)
     return config
 
 
@@ -227,7 +233,8 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
     else:
         if recipe.get("sampler"):
             raise ConfigError("recipe 'sampler' applies to diffusion checkpoints only; this start model is a causal LM")
-        config = make_config(recipe, output_dir)  # bad training values fail before any data or model work
+        config = make_config(recipe, output_dir, AnchoredGRPOConfig)  # bad values fail before any data or model work
+    check_generation_backend(config)
     task_name = recipe.get("task") or (meta or {}).get("task")
     if not task_name:
         raise ConfigError("recipe needs 'task' (or a checkpoint whose anchored_reasoning.json names one)")
