@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 import pytest
 
@@ -149,6 +150,8 @@ def test_tests_passed_runs_in_the_sandbox_and_kills_a_hang():
         "    while True:\n        pass\n",          # hangs: killed on its deadline, 0
         "    print('tag 4 4')\n    return 0\n",      # a fake count does not help: (0,0), (-1,1) pass
     ]
-    out = call(reward, completions, HUMANEVAL)
-    assert out == [1.0, 0.5, 0.0, 0.5]
-    assert reward.failures == 1 and "timeout" in reward.last_error
+    t0 = time.monotonic()
+    out = call(reward, completions + ["    return (\n", "no code at all, just words"], HUMANEVAL)
+    assert out == [1.0, 0.5, 0.0, 0.5, 0.0, 0.0]  # a syntax error or no code: 0, like a wrong answer
+    assert reward.timeouts == 1 and reward.failures == 0  # the hang was killed on its deadline...
+    assert time.monotonic() - t0 < 60  # ...not waited out

@@ -277,7 +277,11 @@ def passed_share(stdout: str, tag: str) -> float | None:
 
 class CodeTestsReward(Reward):
     """HumanEval: the share of the tests that pass (see :func:`instrument_tests`), run in parallel
-    sandboxes with the task's sandbox limits; ``timeout_s`` is each program's deadline."""
+    sandboxes with the task's sandbox limits; ``timeout_s`` is each program's deadline.
+
+    A completion without code, or a program that dies before ``check`` returns (a syntax error, a crash),
+    scores 0 like a wrong answer: that is the model's doing, not a reward failure. A program that hangs is
+    killed on its deadline, scores 0 and is counted in ``timeouts`` (logged at INFO)."""
 
     name = "tests_passed"
 
@@ -287,6 +291,7 @@ class CodeTestsReward(Reward):
         super().__init__(task)
         self.timeout_s = timeout_s
         self.workers = workers
+        self.timeouts = 0
 
     def score_batch(self, rows: list[Any]) -> list[float | None]:
         from anchored_reasoning.sandbox import run_programs
@@ -296,27 +301,24 @@ class CodeTestsReward(Reward):
         out: list[float | None] = [0.0] * len(rows)
         programs: list[tuple[int, str]] = []
         for i, row in enumerate(rows):
-            def build(row=row):
+            def build(row=row, i=i):
                 text, example = row
                 test, _ = instrument_tests(example.meta["test"], tag)
                 program, _, _ = build_program(text, replace(example, meta={**example.meta, "test": test}))
-                if program is None:
-                    raise ValueError("no code in the completion")
-                programs.append((i, program))
-                return 0.0
+                if program is not None:
+                    programs.append((i, program))
+                return 0.0  # no code: a wrong answer
             out[i] = self._safe(build, row)
         if not programs:
             return out
         cfg = DEFAULT_CONFIG if self.timeout_s is None else replace(DEFAULT_CONFIG, timeout_s=float(self.timeout_s))
         results = run_programs([p for _, p in programs], cfg, workers=self.workers)
         for (i, _), result in zip(programs, results):
-            def share(result=result):
-                value = passed_share(result.stdout, tag)
-                if value is None:
-                    raise RuntimeError(f"program ended with status {result.status!r} before check() returned: "
-                                       f"{result.stderr_tail(300).strip()[-300:]}")
-                return value
-            out[i] = self._safe(share, rows[i])
+            if result.status == "timeout":
+                self.timeouts += 1
+                logger.info("reward tests_passed: the program of example %s was killed at its %.0f s deadline",
+                            rows[i][1].id, cfg.timeout_s)
+            out[i] = self._safe(lambda result=result: passed_share(result.stdout, tag) or 0.0, rows[i])
         return out
 
 
