@@ -230,13 +230,15 @@ def posttrain_loss(model: Any, input_ids: torch.Tensor, *, attention_mask: torch
 def stale_perplexity_bound(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                            refresh_every: int = 1, sampling_steps: int = 64, num_t_samples: int = 8,
                            batch_size: int = 16, schedule: LogLinearSchedule | None = None, t_min: float = 1e-3,
-                           seed: int = 0) -> PerplexityBound:
+                           seed: int = 0, loss_mask: torch.Tensor | None = None) -> PerplexityBound:
     """The NELBO perplexity bound of a two-stage model when its anchor is refreshed every
     ``refresh_every`` calls of a ``sampling_steps``-step sampler: each scored ``z_t`` gets an anchor
     from the coupled ``z_t'`` with a cache age uniform in 0..K-1 (see the module doc). K = 1 is the
     plain bound (age 0, ``anchor_input_ids == input_ids``). Times, masks and ages are drawn from
     ``seed`` in the same order for every K, so bounds for different K share their ``z_t``.
-    The model must accept ``anchor_input_ids`` (TADM) or expose ``anchor_forward``/``denoise`` (ADLM)."""
+    The model must accept ``anchor_input_ids`` (TADM) or expose ``anchor_forward``/``denoise`` (ADLM).
+    ``loss_mask`` (B, L; True = scored) limits masking and scoring to part of each row (e.g. the
+    response after a clean prompt); by default every non-padding token is scored."""
     if num_t_samples < 1 or refresh_every < 1:
         raise ConfigError(f"num_t_samples={num_t_samples} and refresh_every={refresh_every} must be >= 1")
     schedule = schedule or LogLinearSchedule()
@@ -249,7 +251,7 @@ def stale_perplexity_bound(model: Any, input_ids: torch.Tensor, attention_mask: 
     for start in range(0, input_ids.shape[0], batch_size):
         x = input_ids[start:start + batch_size]
         am = attention_mask[start:start + batch_size] if attention_mask is not None else None
-        eligible = eligible_positions(x, am)
+        eligible = eligible_positions(x, am, loss_mask=loss_mask[start:start + batch_size] if loss_mask is not None else None)
         n_tok += int(eligible.sum())
         u = torch.rand(x.shape[0], 1, generator=gen)
         t = (t_min + (1 - t_min) * (torch.arange(k).reshape(1, k) + u) / k).reshape(-1)

@@ -80,9 +80,27 @@ def test_built_from_a_trained_model_it_equals_that_model_and_only_fusion_trains(
     assert c.shared_layers + c.num_hidden_layers + c.num_denoiser_layers == 4 + (src.config.num_denoiser_layers if source is ADLM else 0)
 
 
+@pytest.mark.parametrize("scale", ["relative", "absolute"])
+def test_relative_fusion_corrects_by_a_share_of_h_whatever_its_size(scale):
+    """The fix for the fusion that could not move a large anchor: with fusion_scale="relative" the
+    correction is proportional to |h| (Phi(c, 8 h) - 8 h == 8 (Phi(c, h) - h)); "absolute" adds the
+    same correction whatever |h| is. Both start as the identity."""
+    model = tadm(fusion_scale=scale)
+    f = model.fusion
+    c, h = torch.randn(2, 5, 32), torch.randn(2, 5, 32)
+    assert torch.equal(f(c, h), h)  # identity at initialisation
+    perturb_fusion(model)
+    with torch.no_grad():
+        small, big = f(c, h) - h, f(c, 8 * h) - 8 * h
+    assert small.abs().max() > 0
+    torch.testing.assert_close(big, 8 * small if scale == "relative" else small, rtol=1e-3, atol=1e-3)
+
+
 def test_bad_sizes_are_clear_errors():
     with pytest.raises(ValueError, match="anchor_bottleneck"):
         tadm(anchor_bottleneck="softmax")
+    with pytest.raises(ValueError, match="fusion_scale"):
+        tadm(fusion_scale="log")
     with pytest.raises(ConfigError, match="shared_layers=4"):
         TADM.from_diffusion_model(base(ADLM), shared_layers=4)
     with pytest.raises(ConfigError, match="cannot split"):

@@ -50,6 +50,7 @@ from .mdlm import DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
 logger = logging.getLogger(__name__)
 
 BOTTLENECKS = ("logits", "hidden")
+FUSION_SCALES = ("relative", "absolute")
 
 
 class TADMConfig(MDLMConfig):
@@ -58,6 +59,9 @@ class TADMConfig(MDLMConfig):
     * ``shared_layers`` (L_S): blocks of S, run at every step (0 = S is the token embedding only);
     * ``denoiser_layers`` (L_D; None = ``num_hidden_layers // 2``, at least 1);
     * ``fusion_size``: Phi's MLP width (None = ``hidden_size``); ``fusion_gate_bias``: g's initial bias;
+    * ``fusion_scale``: ``"relative"`` (default) scales Phi's correction by the RMS of h per position,
+      so it is a fraction of h whatever h's size; ``"absolute"`` adds it as is (the first design: with
+      the logits bottleneck |h| is ~60-90 and the zero-initialised correction stayed ~0.6% of it);
     * ``anchor_bottleneck``: ``"logits"`` (ADLM: anchor head + linear projection of the logits) or
       ``"hidden"`` (the anchor network's hidden states).
 
@@ -71,6 +75,7 @@ class TADMConfig(MDLMConfig):
     denoiser_layers: int | None = None
     fusion_size: int | None = None
     fusion_gate_bias: float = -3.0
+    fusion_scale: str = "relative"
     anchor_bottleneck: str = "logits"
 
     @property
@@ -79,6 +84,8 @@ class TADMConfig(MDLMConfig):
 
     def check_sizes(self) -> None:
         problems = []
+        if self.fusion_scale not in FUSION_SCALES:
+            problems.append(f"fusion_scale={self.fusion_scale!r} must be one of {FUSION_SCALES}")
         if self.anchor_bottleneck not in BOTTLENECKS:
             problems.append(f"anchor_bottleneck={self.anchor_bottleneck!r} must be one of {BOTTLENECKS}")
         if self.shared_layers < 0:
@@ -97,14 +104,16 @@ class TADMConfig(MDLMConfig):
 
 
 class Fusion(nn.Module):
-    """Phi(c, h) = h + sigmoid(gate([LN c, LN h])) * delta([LN c, LN h]), delta a GELU MLP.
+    """Phi(c, h) = h + s(h) * sigmoid(gate([LN c, LN h])) * delta([LN c, LN h]), delta a GELU MLP, with
+    s(h) = RMS of h per position (``scale="relative"``) or 1 (``"absolute"``).
 
     Initialised (by :meth:`TADM._init_weights` / :meth:`reset_to_identity`) with delta's output layer
     at zero and the gate bias at ``gate_bias``: Phi returns h unchanged until it is trained."""
 
-    def __init__(self, hidden_size: int, fusion_size: int, gate_bias: float = -3.0, eps: float = 1e-5):
+    def __init__(self, hidden_size: int, fusion_size: int, gate_bias: float = -3.0, eps: float = 1e-5,
+                 scale: str = "relative"):
         super().__init__()
-        self.gate_bias = gate_bias
+        self.gate_bias, self.relative = gate_bias, scale == "relative"
         self.norm_c = nn.LayerNorm(hidden_size, eps=eps)
         self.norm_h = nn.LayerNorm(hidden_size, eps=eps)
         self.delta_in = nn.Linear(2 * hidden_size, fusion_size)
@@ -123,7 +132,10 @@ class Fusion(nn.Module):
 
     def forward(self, c: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         u = torch.cat([self.norm_c(c), self.norm_h(h.to(c.dtype))], dim=-1)
-        return h + torch.sigmoid(self.gate(u)) * self.delta_out(F.gelu(self.delta_in(u)))
+        correction = torch.sigmoid(self.gate(u)) * self.delta_out(F.gelu(self.delta_in(u)))
+        if self.relative:  # a fraction of h, so its size does not depend on the anchor bottleneck's scale
+            correction = correction * h.float().pow(2).mean(-1, keepdim=True).sqrt().to(correction.dtype)
+        return h + correction
 
 
 @dataclass
@@ -162,7 +174,8 @@ class TADM(DiffusionPreTrainedModel):
         if logits_bottleneck:
             self.anchor_head = nn.Linear(c.hidden_size, c.vocab_size)
             self.anchor_proj = nn.Linear(c.vocab_size, c.hidden_size)
-        self.fusion = Fusion(c.hidden_size, c.fusion_size or c.hidden_size, c.fusion_gate_bias, c.layer_norm_eps)
+        self.fusion = Fusion(c.hidden_size, c.fusion_size or c.hidden_size, c.fusion_gate_bias, c.layer_norm_eps,
+                             c.fusion_scale)
         self.denoiser = _encoder(c, c.num_denoiser_layers, final_norm=True)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size)
         self.post_init()
@@ -241,7 +254,8 @@ class TADM(DiffusionPreTrainedModel):
     @classmethod
     def from_diffusion_model(cls, base: DiffusionPreTrainedModel, *, shared_layers: int = 0,
                              anchor_layers: int | None = None, fusion_size: int | None = None,
-                             fusion_gate_bias: float = -3.0, freeze: bool = True) -> "TADM":
+                             fusion_gate_bias: float = -3.0, fusion_scale: str = "relative",
+                             freeze: bool = True) -> "TADM":
         """A TADM with ``base``'s weights (copied) for post-training; ``freeze`` leaves only Phi trainable.
 
         * ADLM: S = the first ``shared_layers`` blocks of its anchor network, A = the rest (with the
@@ -264,7 +278,7 @@ class TADM(DiffusionPreTrainedModel):
                                   f"blocks ({n_anchor - shared_layers}); leave anchor_layers unset")
             cfg = TADMConfig(**common, shared_layers=shared_layers, num_hidden_layers=n_anchor - shared_layers,
                              denoiser_layers=bc.num_denoiser_layers, anchor_bottleneck="logits", fusion_size=fusion_size,
-                             fusion_gate_bias=fusion_gate_bias)
+                             fusion_gate_bias=fusion_gate_bias, fusion_scale=fusion_scale)
 
             def rename(key: str) -> str:
                 if key.startswith("anchor.layers."):
@@ -280,7 +294,8 @@ class TADM(DiffusionPreTrainedModel):
                 raise ConfigError(f"an MDLM with {n} blocks cannot split into shared_layers={shared_layers}, anchor_layers={a} "
                                   "and a denoiser of at least one block; lower shared_layers/anchor_layers")
             cfg = TADMConfig(**common, shared_layers=shared_layers, num_hidden_layers=a, denoiser_layers=rest - a,
-                             anchor_bottleneck="hidden", fusion_size=fusion_size, fusion_gate_bias=fusion_gate_bias)
+                             anchor_bottleneck="hidden", fusion_size=fusion_size, fusion_gate_bias=fusion_gate_bias,
+                             fusion_scale=fusion_scale)
 
             def rename(key: str) -> str:
                 if key.startswith("encoder.layers."):
@@ -311,4 +326,4 @@ class TADM(DiffusionPreTrainedModel):
         return model
 
 
-__all__ = ["TADM", "TADMConfig", "TADMAnchor", "Fusion", "BOTTLENECKS"]
+__all__ = ["TADM", "TADMConfig", "TADMAnchor", "Fusion", "BOTTLENECKS", "FUSION_SCALES"]
