@@ -218,6 +218,7 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
     """Resolve the recipe, build the trainer config, read the start checkpoint's metadata, load and
     gold-check the data, build the rewards. Every bad key or row fails here."""
     from anchored_reasoning.tasks import get_task
+    from anchored_reasoning.train import checkpointing
     from anchored_reasoning.train.ar import load_split
     from anchored_reasoning.train.rewards import build_rewards, check_gold
 
@@ -249,8 +250,6 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
     timeout = rewards_cfg.pop("tests_timeout_s", None) if rewards_cfg else None
     rewards = build_rewards(rewards_cfg, task, prompting.style, tests_timeout_s=timeout)
     config.reward_weights = rewards.weights
-    from anchored_reasoning.train import checkpointing
-
     # a rerun of the same command resumes; a changed recipe or lost checkpoints fail here, before any loading
     resume = checkpointing.plan_resume(output_dir, {**recipe, "_examples": checkpointing.examples_fingerprint(examples)},
                                        trainer="grpo")
