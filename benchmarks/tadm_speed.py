@@ -55,6 +55,10 @@ In one process on one machine it
    Chance is 0.5 (two options; a completion without either option is graded wrong). ``notes`` says
    for each row whether its interval is above, at or below chance.
 
+``--stale-contrast`` runs only the stale-anchor contrast on logic text instead
+(``benchmarks/tadm_stale_contrast.py``: plain ADLM reusing a stale anchor vs T-ANELBO TADM per K,
+ELBO bound and generative perplexity under logic-gpt2) and writes ``--stale-out``.
+
 Writes the JSON (``--out``) with per-K rows, the model sizes, the machine and the date.
 """
 from __future__ import annotations
@@ -396,6 +400,16 @@ def main(argv=None) -> int:
     p.add_argument("--prosqa-eval-batch", type=int, default=64)
     p.add_argument("--prosqa-repeats", type=int, default=3, help="interleaved timed evaluation passes")
     p.add_argument("--prosqa-seed", type=int, default=0)
+    p.add_argument("--stale-contrast", action="store_true",
+                   help="run only the stale-anchor contrast on logic text (benchmarks/tadm_stale_contrast.py): plain "
+                        "ADLM vs T-ANELBO TADM per K, ELBO bound and logic-gpt2 generative perplexity, to --stale-out")
+    p.add_argument("--stale-out", default="benchmarks/results/tadm_stale_contrast.json")
+    p.add_argument("--stale-steps", type=int, default=400, help="training steps of each contrast model")
+    p.add_argument("--stale-batch", type=int, default=32)
+    p.add_argument("--stale-lr", type=float, default=1.5e-3)
+    p.add_argument("--stale-window", type=int, default=20, help="derivation window = sampler steps T")
+    p.add_argument("--stale-train-n", type=int, default=20000, help="generated training documents")
+    p.add_argument("--stale-eval-n", type=int, default=64, help="held-out documents (ELBO bound and samples)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
@@ -404,6 +418,8 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     command = "python benchmarks/tadm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.stale_contrast:
+        return stale_contrast_main(args, command)
     if args.skip_wikitext:
         if not args.prosqa:
             raise SystemExit("--skip-wikitext leaves nothing to do without --prosqa")
@@ -425,6 +441,33 @@ def main(argv=None) -> int:
                           if kk in ("tokens_per_s", "speedup_vs_k1", "ppl", "ppl_rel_change", "agreement_with_k1",
                                     "layer_calls", "layer_calls_formula", "accuracy", "accuracy_ci95")}
                       for k, v in rows.items()}, indent=1))
+    return 0
+
+
+def machine_info(note: str) -> dict:
+    """Where a result was measured (recorded in every JSON)."""
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "python": sys.version.split()[0], "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available(), "note": note}
+
+
+def stale_contrast_main(args, command: str) -> int:
+    """``--stale-contrast``: the stale-anchor contrast on logic text, written to ``--stale-out``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from tadm_stale_contrast import stale_contrast
+
+    t0 = time.monotonic()
+    result = {"benchmark": "tadm_stale_contrast",
+              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine_info("shared 2-core CPU; other jobs ran at the same time"),
+              "command": command, **stale_contrast(args)}
+    result["wall_seconds"] = round(time.monotonic() - t0, 1)
+    out = Path(args.stale_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    logger.info("wrote %s", out)
+    for kind, r in result["results"].items():
+        print(kind, {k: (round(v["elbo_ppl"], 3), round(v["gen_ppl_judge"], 3)) for k, v in r["rows"].items()})
     return 0
 
 
@@ -495,10 +538,7 @@ def wikitext_phase(args, command: str) -> dict:
     result = {
         "benchmark": "tadm_speed",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "python": sys.version.split()[0], "torch": torch.__version__, "threads": torch.get_num_threads(),
-                    "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available(),
-                    "note": "shared 2-core CPU; other jobs may run at the same time, so absolute tokens/s are noisy"},
+        "machine": machine_info("shared 2-core CPU; other jobs may run at the same time, so absolute tokens/s are noisy"),
         "command": command,
         "setup": {"sampler": "low_confidence greedy", "prompt": f"first {args.prompt_len} tokens of held-out blocks",
                   "timing": "median of --repeats runs per configuration, configurations interleaved", "steps_T": args.steps, "gen_length": args.gen_length,

@@ -82,9 +82,9 @@ def test_built_from_a_trained_model_it_equals_that_model_and_only_fusion_trains(
 
 @pytest.mark.parametrize("scale", ["relative", "absolute"])
 def test_relative_fusion_corrects_by_a_share_of_h_whatever_its_size(scale):
-    """The fix for the fusion that could not move a large anchor: with fusion_scale="relative" the
-    correction is proportional to |h| (Phi(c, 8 h) - 8 h == 8 (Phi(c, h) - h)); "absolute" adds the
-    same correction whatever |h| is. Both start as the identity."""
+    """fusion_scale="relative": the correction is proportional to |h| (Phi(c, 8 h) - 8 h ==
+    8 (Phi(c, h) - h)); "absolute" (the default) adds the same correction whatever |h| is. Both start
+    as the identity."""
     model = tadm(fusion_scale=scale)
     f = model.fusion
     c, h = torch.randn(2, 5, 32), torch.randn(2, 5, 32)

@@ -59,9 +59,9 @@ class TADMConfig(MDLMConfig):
     * ``shared_layers`` (L_S): blocks of S, run at every step (0 = S is the token embedding only);
     * ``denoiser_layers`` (L_D; None = ``num_hidden_layers // 2``, at least 1);
     * ``fusion_size``: Phi's MLP width (None = ``hidden_size``); ``fusion_gate_bias``: g's initial bias;
-    * ``fusion_scale``: ``"relative"`` (default) scales Phi's correction by the RMS of h per position,
-      so it is a fraction of h whatever h's size; ``"absolute"`` adds it as is (the first design: with
-      the logits bottleneck |h| is ~60-90 and the zero-initialised correction stayed ~0.6% of it);
+    * ``fusion_scale``: ``"absolute"`` (default) adds Phi's correction as is; ``"relative"`` scales it
+      by the RMS of h per position, so it is a share of h whatever h's size (tried for issue 13: on
+      logic text it was no better, see docs/tadm.md);
     * ``anchor_bottleneck``: ``"logits"`` (ADLM: anchor head + linear projection of the logits) or
       ``"hidden"`` (the anchor network's hidden states).
 
@@ -75,7 +75,7 @@ class TADMConfig(MDLMConfig):
     denoiser_layers: int | None = None
     fusion_size: int | None = None
     fusion_gate_bias: float = -3.0
-    fusion_scale: str = "relative"
+    fusion_scale: str = "absolute"
     anchor_bottleneck: str = "logits"
 
     @property
@@ -105,13 +105,13 @@ class TADMConfig(MDLMConfig):
 
 class Fusion(nn.Module):
     """Phi(c, h) = h + s(h) * sigmoid(gate([LN c, LN h])) * delta([LN c, LN h]), delta a GELU MLP, with
-    s(h) = RMS of h per position (``scale="relative"``) or 1 (``"absolute"``).
+    s(h) = 1 (``scale="absolute"``, the default) or the RMS of h per position (``"relative"``).
 
     Initialised (by :meth:`TADM._init_weights` / :meth:`reset_to_identity`) with delta's output layer
     at zero and the gate bias at ``gate_bias``: Phi returns h unchanged until it is trained."""
 
     def __init__(self, hidden_size: int, fusion_size: int, gate_bias: float = -3.0, eps: float = 1e-5,
-                 scale: str = "relative"):
+                 scale: str = "absolute"):
         super().__init__()
         self.gate_bias, self.relative = gate_bias, scale == "relative"
         self.norm_c = nn.LayerNorm(hidden_size, eps=eps)
@@ -254,7 +254,7 @@ class TADM(DiffusionPreTrainedModel):
     @classmethod
     def from_diffusion_model(cls, base: DiffusionPreTrainedModel, *, shared_layers: int = 0,
                              anchor_layers: int | None = None, fusion_size: int | None = None,
-                             fusion_gate_bias: float = -3.0, fusion_scale: str = "relative",
+                             fusion_gate_bias: float = -3.0, fusion_scale: str = "absolute",
                              freeze: bool = True) -> "TADM":
         """A TADM with ``base``'s weights (copied) for post-training; ``freeze`` leaves only Phi trainable.
 
