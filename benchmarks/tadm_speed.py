@@ -58,6 +58,8 @@ In one process on one machine it
 ``--stale-contrast`` runs only the stale-anchor contrast on logic text instead
 (``benchmarks/tadm_stale_contrast.py``: plain ADLM reusing a stale anchor vs T-ANELBO TADM per K,
 ELBO bound and generative perplexity under logic-gpt2) and writes ``--stale-out``.
+``--diagnose`` runs only the probe of why the WikiText models' bounds are flat in K (the bound
+with every input token masked, stale bounds, the fusion's gate) and writes ``--diagnose-out``.
 
 Writes the JSON (``--out``) with per-K rows, the model sizes, the machine and the date.
 """
@@ -410,6 +412,11 @@ def main(argv=None) -> int:
     p.add_argument("--stale-window", type=int, default=20, help="derivation window = sampler steps T")
     p.add_argument("--stale-train-n", type=int, default=20000, help="generated training documents")
     p.add_argument("--stale-eval-n", type=int, default=64, help="held-out documents (ELBO bound and samples)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="run only the probe of why the WikiText models' bounds are flat in K (context use, stale bounds, "
+                        "fusion gate) on the models of --workdir (trained if missing; needs --pretrain-steps), to --diagnose-out")
+    p.add_argument("--diagnose-out", default="benchmarks/results/tadm_diagnosis.json")
+    p.add_argument("--diagnose-blocks", type=int, default=48, help="held-out WikiText-2 blocks the probe scores")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
@@ -418,7 +425,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     command = "python benchmarks/tadm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.stale_contrast:
+    if args.stale_contrast or args.diagnose:
         return stale_contrast_main(args, command)
     if args.skip_wikitext:
         if not args.prosqa:
@@ -452,22 +459,24 @@ def machine_info(note: str) -> dict:
 
 
 def stale_contrast_main(args, command: str) -> int:
-    """``--stale-contrast``: the stale-anchor contrast on logic text, written to ``--stale-out``."""
+    """``--stale-contrast`` (the stale-anchor contrast on logic text, to ``--stale-out``) or
+    ``--diagnose`` (the context-use probe of the WikiText models, to ``--diagnose-out``)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from tadm_stale_contrast import stale_contrast
+    from tadm_stale_contrast import diagnose, stale_contrast
 
+    if args.diagnose and args.pretrain_steps < 1:
+        raise SystemExit("--diagnose probes the T-ANELBO TADM too: pass --pretrain-steps (300 in tadm_speed.json)")
     t0 = time.monotonic()
-    result = {"benchmark": "tadm_stale_contrast",
+    body = diagnose(args, train_models, pretrain_tadm) if args.diagnose else stale_contrast(args)
+    result = {"benchmark": "tadm_diagnosis" if args.diagnose else "tadm_stale_contrast",
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": machine_info("shared 2-core CPU; other jobs ran at the same time"),
-              "command": command, **stale_contrast(args)}
+              "command": command, **body}
     result["wall_seconds"] = round(time.monotonic() - t0, 1)
-    out = Path(args.stale_out)
+    out = Path(args.diagnose_out if args.diagnose else args.stale_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     logger.info("wrote %s", out)
-    for kind, r in result["results"].items():
-        print(kind, {k: (round(v["elbo_ppl"], 3), round(v["gen_ppl_judge"], 3)) for k, v in r["rows"].items()})
     return 0
 
 

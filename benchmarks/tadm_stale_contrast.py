@@ -141,19 +141,20 @@ def judge_ppl(judge, prompts: torch.Tensor, prompt_am: torch.Tensor, gen: torch.
 
 
 @torch.no_grad()
-def context_use(model, ids, am, lm, steps: int) -> dict[str, float]:
+def context_use(model, ids, am, lm, steps: int, blind_last: int | None = None) -> dict[str, float]:
     """The diagnosis: the NELBO bound with a fresh anchor, against the same bound when the anchor
-    network (or everything the model reads) sees the window fully masked (the facts stay clean). A
-    model whose bound does not move uses none of the window's revealed tokens, so no anchor, fresh
-    or stale, can matter to it."""
+    network (or everything the model reads) sees the last ``blind_last`` positions (default the
+    window, ``steps``; the facts stay clean) fully masked. A model whose bound does not move uses
+    none of those tokens, so no anchor, fresh or stale, can matter to it."""
     from anchored_reasoning.models.blocks import subs_log_probs
     from anchored_reasoning.objectives_tadm import stale_perplexity_bound
 
     mid = model.config.mask_token_id
+    n_blind = blind_last or steps
 
-    def blind(z):  # the window is the last `steps` positions of every row
+    def blind(z):
         z = z.clone()
-        z[:, -steps:] = mid
+        z[:, -n_blind:] = mid
         return z
 
     class Blind(torch.nn.Module):
@@ -249,3 +250,34 @@ def stale_contrast(args) -> dict[str, Any]:
         },
         "results": results,
     }
+
+
+def diagnose(args, train_models, pretrain_tadm) -> dict[str, Any]:
+    """``tadm_speed.py --diagnose``: the WikiText models of the main benchmark (trained or reused in
+    ``--workdir``), probed with :func:`context_use` over whole blocks (every input token masked),
+    the stale bounds at K = 1, 8, 64 and the fusion's gate and correction size."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from anchored_reasoning.objectives_tadm import stale_perplexity_bound
+    from anchored_reasoning.train.diffusion import data_path
+    from anchored_reasoning.train.tadm import text_blocks
+
+    adlm_dir, tadm_dir = train_models(args)
+    dirs = {"adlm": adlm_dir, "tadm_posttrained": tadm_dir, "tadm_pretrained": pretrain_tadm(args)}
+    tok = AutoTokenizer.from_pretrained(adlm_dir)
+    x = text_blocks(tok, data_path("corpora/wikitext2_test.txt"), args.seq_len, args.diagnose_blocks)
+    am, lm = torch.ones_like(x), torch.ones_like(x, dtype=torch.bool)
+    out = {}
+    for name, d in dirs.items():
+        model = AutoModelForMaskedLM.from_pretrained(d).eval()
+        row = {"checkpoint": str(d), "context_use_ppl": context_use(model, x, am, lm, args.steps, blind_last=x.shape[1]),
+               "fusion": fusion_stats(model, x[:16], am[:16])}
+        row["stale_ppl"] = {str(k): stale_perplexity_bound(model, x, refresh_every=k, sampling_steps=args.steps,
+                                                           num_t_samples=4, seed=0).perplexity for k in (1, 8, 64)}
+        logger.info("%s: %s", name, row["context_use_ppl"])
+        out[name] = row
+    return {"setup": {"data": f"wikitext2_test, {x.shape[0]} blocks of {x.shape[1]} tokens, 4 t-samples",
+                      "probe": "context_use_ppl: the bound with a fresh anchor, with the anchor network reading all-mask "
+                               "tokens, and with every part reading all-mask tokens",
+                      "pretrain_steps": args.pretrain_steps, "base_steps": args.base_steps, "post_steps": args.post_steps},
+            "results": out}
