@@ -344,6 +344,7 @@ def run_with_examples(
             "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
             "recipe_source": recipe.get("_source"),
             "world_size": trainer.accelerator.num_processes,
+            "distributed": trainer.distributed_summary(),
             "global_steps": trainer.state.global_step,
             "epochs": trainer.state.epoch,
             "train_seconds": round(train_seconds, 2),
