@@ -51,6 +51,52 @@ MIXTURE: list[tuple[str, dict[str, Any], float]] = [
 ]
 
 
+#: The question-aware corpus (``corpus="questions"``, the second backbone generation): each document
+#: is a whole problem -- facts, the question, a newline, the derivation and the answer -- so the
+#: first derivation step depends on the asked entity (the question-free corpus could not teach that
+#: binding: its first step names an unpredictable entity). ProsQA at the depth-ladder sizes with
+#: the wrong option as deep as the answer (no surface shortcut to learn instead of the lookup), the
+#: full size, ProntoQA, and lookup drills (facts, then random facts restated: pure retrieval).
+QA_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
+    ("prosqa", {"ladder": 1}, 0.12),
+    ("prosqa", {"ladder": 2}, 0.14),
+    ("prosqa", {"ladder": 3}, 0.14),
+    ("prosqa", {"ladder": 4}, 0.10),
+    ("prosqa", {}, 0.08),
+    ("prontoqa", {"hops": 5}, 0.14),
+    ("prontoqa", {"hops": 3}, 0.08),
+    ("drill", {"ladder": 3}, 0.20),
+]
+
+
+def qa_document(example, task: str, rng: random.Random | None = None) -> str:
+    """Facts + question, newline, derivation, `` ### `` answer (task ``drill``: facts, newline, 6 facts
+    of the problem restated in random order -- each a lookup of the object from the subject)."""
+    if task == "drill":
+        facts = [f.strip() + "." for f in _facts(example.question, "prosqa").split(".") if f.strip()]
+        pick = (rng or random.Random(0)).sample(facts, min(6, len(facts)))
+        return f"{_facts(example.question, 'prosqa')}\n{' '.join(pick)}"
+    steps = " ".join(s.strip() for s in (example.steps or []))
+    return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
+
+
+def qa_corpus(n_docs: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``n_docs`` (task, document) pairs of the question-aware corpus, shuffled with ``seed``."""
+    from anchored_reasoning import generators
+    from anchored_reasoning.generators.prosqa import ladder_size
+
+    rng = random.Random(seed)
+    out: list[tuple[str, str]] = []
+    for i, (task, size, share) in enumerate(QA_MIXTURE):
+        n = max(1, round(n_docs * share))
+        size = ladder_size(size["ladder"]) if "ladder" in size else size
+        gen_task = "prosqa" if task == "drill" else task
+        for ex in generators.generate_dataset(gen_task, n, seed=seed * 100 + 50 + i, split=f"qa{i}", **size):
+            out.append((task, qa_document(ex, task, rng)))
+    rng.shuffle(out)
+    return out[:n_docs]
+
+
 def _facts(question: str, task: str) -> str:
     """The question without its final query sentence."""
     marker = " Is " if task == "prosqa" else " True or false:"
@@ -147,7 +193,8 @@ def derivation_loss(model, tokenizer, docs: list[str], batch_size: int = 32) -> 
 def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: int = 0, batch_size: int = 32,
              lr: float = 1e-3, warmup: int = 200, eval_every: int = 250, threads: int | None = None,
              config: dict[str, Any] | None = None, max_steps: int | None = None,
-             init_from: str | Path | None = None, loss_on: str = "derivation") -> dict[str, Any]:
+             init_from: str | Path | None = None, loss_on: str = "derivation",
+             corpus_kind: str = "facts") -> dict[str, Any]:
     """Pretrain the backbone for ``minutes`` of wall-clock time (or ``max_steps``) and save it to ``out``.
 
     The learning rate warms up for ``warmup`` steps and then decays on a cosine over the
@@ -156,6 +203,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     ``out/backbone.json`` (a continued run keeps the earlier phases under ``previous``).
     ``loss_on="all"`` puts the loss on every token, facts included (the first phase of the
     shipped backbone was trained that way; see the module docstring for why it is not the default).
+    ``corpus_kind="questions"`` trains on :func:`qa_corpus` (whole problems, question kept).
     """
     if loss_on not in ("derivation", "all"):
         raise ValueError(f"loss_on must be 'derivation' or 'all', got {loss_on!r}")
@@ -169,8 +217,11 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    corpus = logic_corpus(n_docs, seed=seed)
-    held = logic_corpus(400, seed=seed + 999)
+    if corpus_kind not in ("facts", "questions"):
+        raise ValueError(f"corpus_kind must be 'facts' or 'questions', got {corpus_kind!r}")
+    make = qa_corpus if corpus_kind == "questions" else logic_corpus
+    corpus = make(n_docs, seed=seed)
+    held = make(400, seed=seed + 999)
     previous = None
     if init_from:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -236,7 +287,8 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
                 "(anchored_reasoning.train.backbone)",
         "config": cfg,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "corpus": {"documents": len(enc), "dropped_too_long": too_long, "mixture": MIXTURE, "seed": seed},
+        "corpus": {"kind": corpus_kind, "documents": len(enc), "dropped_too_long": too_long,
+                   "mixture": QA_MIXTURE if corpus_kind == "questions" else MIXTURE, "seed": seed},
         "steps": step, "tokens": tokens, "supervised_tokens": supervised, "batch_size": batch_size, "lr": lr,
         "train_seconds": round(time.time() - t0, 1), "total_seconds": round(time.time() - t_start, 1),
         "held_out_derivation_loss": final, "history": history,
@@ -264,13 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--init-from", default=None, help="continue pretraining a saved backbone (directory)")
+    p.add_argument("--corpus", choices=["facts", "questions"], default="facts",
+                   help="question-free logic text (the first backbone) or whole problems with the question kept")
     p.add_argument("--loss-on", choices=["derivation", "all"], default="derivation",
                    help="tokens that carry the loss (default: the derivation only)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     s = pretrain(Path(a.out), minutes=a.minutes, n_docs=a.docs, seed=a.seed, batch_size=a.batch_size, lr=a.lr,
                  threads=a.threads, max_steps=a.max_steps, init_from=a.init_from,
-                 loss_on=a.loss_on)
+                 loss_on=a.loss_on, corpus_kind=a.corpus)
     print(json.dumps({k: s[k] for k in ("steps", "tokens", "train_seconds", "held_out_derivation_loss")}))
     return 0
 
