@@ -127,3 +127,22 @@ def test_shipped_backbone_follows_a_rule_it_has_never_seen(shipped):
             good += 1
     # a format-only model (the first pretraining phase) scores 0/40 here; the shipped backbone 26/40
     assert good >= 16, f"{good}/40 continuations applied a stated rule"
+
+
+def test_question_aware_corpus_keeps_the_question_and_drills_restate_facts():
+    corpus = backbone.qa_corpus(300, seed=3)
+    assert corpus == backbone.qa_corpus(300, seed=3)  # seeded
+    kinds = {t for t, _ in corpus}
+    assert kinds == {"prosqa", "prontoqa", "drill"}
+    for task, doc in corpus:
+        head, tail = doc.split("\n", 1)
+        if task == "prosqa":
+            assert " Is " in head and head.endswith("?") and " ### " in tail and tail.endswith(".")
+            entity = head[head.rfind(" Is ") + 4:].split(" ")[0]
+            assert tail.startswith(entity + " is a ")  # the first step depends on the asked entity
+        elif task == "prontoqa":
+            assert "True or false:" in head and tail.rsplit("### ", 1)[1] in ("True", "False")
+        else:
+            facts = {f.strip() + "." for f in head.split(".") if f.strip()}
+            restated = [s.strip() + "." for s in tail.split(".") if s.strip()]
+            assert restated and all(s in facts for s in restated)
