@@ -35,9 +35,10 @@ def verdict(summary: dict[str, Any]) -> list[str]:
         c = m["cot"]["generated"].get("by_hops", {}).get(deepest)
         n = m["nocot"]["generated"].get("by_hops", {}).get(deepest)
         if c and n:
-            sep = c["accuracy_ci95"][0] > n["accuracy_ci95"][1]
+            above, below = c["accuracy_ci95"][0] > n["accuracy_ci95"][1], c["accuracy_ci95"][1] < n["accuracy_ci95"][0]
             lines.append(f"At {deepest} hops CoT {c['accuracy']:.2f} vs No-CoT {n['accuracy']:.2f}: "
-                         + ("CoT above, beyond both 95% intervals." if sep else "not separated by their 95% intervals."))
+                         + ("CoT above, beyond both 95% intervals." if above else
+                            "CoT below, beyond both 95% intervals." if below else "not separated by their 95% intervals."))
     if "acot" in m and "pause" in m:
         a, p = m["acot"]["generated"], m["pause"]["generated"]
         sep = a["accuracy_ci95"][0] > p["accuracy_ci95"][1]
