@@ -1,5 +1,8 @@
 """TADM speed/quality benchmark: ADLM (K = 1) against TADM with the anchor refreshed every K steps.
 
+Longer than ~400 lines on purpose: one benchmark script with several recorded modes (WikiText,
+ProsQA, stale-anchor contrast, diagnosis) that share their model building and timing.
+
     ANCHORED_REASONING_DATA=/work/shared/data OMP_NUM_THREADS=1 \\
         python benchmarks/tadm_speed.py --workdir runs/tadm_bench --out benchmarks/results/tadm_speed.json
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from anchored_reasoning.backends import cut_at_stop, left_pad
+from anchored_reasoning.backends import cut_at_stop, left_pad, per_prompt_samples
 from anchored_reasoning.errors import BackendError, ConfigError
 from anchored_reasoning.models.zoo import resolve_model
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
@@ -237,15 +237,7 @@ class HFBackend:
             batch = rows[start : start + self.batch_size]
             outs = self._generate_batch([encoded[pi] for pi, _ in batch], [si for _, si in batch], spec)
             results.update(zip(batch, outs))
-        out: list[list[Completion]] = []
-        for pi in range(len(prompts)):
-            if spec.greedy:
-                c = results[(pi, 0)]
-                share = c.seconds / spec.n
-                out.append([Completion(c.text, c.n_tokens, share, c.finish_reason) for _ in range(spec.n)])
-            else:
-                out.append([results[(pi, si)] for si in range(spec.n)])
-        return out
+        return per_prompt_samples(results, len(prompts), spec.n, shared=spec.greedy)
 
     def _generate_batch(self, ids: list[list[int]], sample_idx: list[int], spec: SamplingSpec) -> list[Completion]:
         import torch

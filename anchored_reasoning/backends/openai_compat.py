@@ -1,5 +1,8 @@
 """Backend for any OpenAI-compatible server: ``vllm serve``, ``transformers serve``, hosted endpoints.
 
+Longer than ~400 lines on purpose: request building, retries with backoff and the detection of
+server quirks are one protocol client; split, each part would need the others' state.
+
 >>> from anchored_reasoning.backends import get_backend
 >>> backend = get_backend("openai", "Qwen/Qwen2.5-1.5B-Instruct", base_url="http://127.0.0.1:8000/v1")
 

@@ -1,5 +1,8 @@
 """The evaluation runner: task x method x backend -> per-sample records and a summary.
 
+Longer than ~400 lines on purpose: resume, chunked fsynced writes, grading and summaries all
+keep the invariants of one records file, and read best together.
+
 >>> from anchored_reasoning.backends import get_backend
 >>> backend = get_backend("hf", "smollm2-135m")
 >>> run_eval("gsm8k", backend, "cot", limit=20, out_dir="runs/gsm8k-cot")  # doctest: +SKIP

@@ -1,5 +1,8 @@
 """Checkpoints along the way, and resuming a run by rerunning its command. Shared by every trainer.
 
+Longer than ~400 lines on purpose: finding, validating, setting aside and restoring checkpoints
+share one notion of a usable checkpoint; the file-level checks live in train/checkpoint_files.py.
+
 The checkpoints are the transformers Trainer's own ``<output_dir>/checkpoint-<step>`` folders (model,
 optimizer, scheduler, RNG, ``trainer_state.json``), written by ``save_strategy: steps`` every
 ``save_steps`` steps, plus (this module) every ``save_every_minutes`` of wall time, when a time budget

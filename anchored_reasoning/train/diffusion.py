@@ -1,5 +1,8 @@
 """The ``diffusion`` trainer: MDLM / ADLM pretraining on raw text and SFT on reasoning tasks.
 
+Longer than ~400 lines on purpose: the recipe schema, data, model building and the run loop of
+one trainer (the objective and collation live in objectives.py and train/diffusion_data.py).
+
     anchored-reasoning train diffusion_pretrain_tiny_adlm training.max_steps=200
     anchored-reasoning train diffusion_sft_prosqa_adlm data.train.n=2000
     accelerate launch -m anchored_reasoning.cli train diffusion_pretrain_tiny_mdlm
