@@ -24,10 +24,8 @@ Rerunning with the same settings reuses finished checkpoints and evaluations.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import math
 import os
 import platform
 import time

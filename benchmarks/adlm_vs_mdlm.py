@@ -39,7 +39,6 @@ import datetime as dt
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -66,20 +65,9 @@ def train_flops_per_token(model: Any, seq_len: int) -> float:
 
 
 def machine() -> dict[str, Any]:
-    import torch
+    from anchored_reasoning.machine import machine_info
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "python": platform.python_version(), "torch": torch.__version__,
-            "load_average_at_start": list(os.getloadavg()), "platform": platform.platform()}
+    return machine_info()
 
 
 def write(out: Path, result: dict[str, Any]) -> None:

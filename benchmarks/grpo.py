@@ -30,7 +30,6 @@ import datetime as dt
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -45,19 +44,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def machine() -> dict[str, Any]:
-    import torch
+    from anchored_reasoning.machine import machine_info
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "load_average_at_start": list(os.getloadavg()), "platform": platform.platform()}
+    return machine_info()
 
 
 def stamp(args: argparse.Namespace) -> dict[str, Any]:
