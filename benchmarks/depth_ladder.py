@@ -239,7 +239,8 @@ def _write(out: Path, results: dict[str, Any], hops: dict[str, int], args, t0: f
         merged["chance"] = 0.5
         merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
                            "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
-                           "backbone": args.backbone, "k": K, "methods": {k: list(v) for k, v in METHODS.items()}}
+                           "backbone": args.backbone, "k": K, "min_steps_per_stage": args.min_steps_per_stage,
+                           "methods": {k: list(v) for k, v in METHODS.items()}}
         merged["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
                              **({"note": args.machine_note} if args.machine_note else {})}
         merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
