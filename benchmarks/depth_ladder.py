@@ -188,6 +188,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
                [max(0, r["by_hops"][h]["ci95"][1] - y) for h, y in zip(hs, ys)]]
         ax1.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
         ax2.plot(xs, [r["by_hops"][h]["tokens"] for h in hs], marker="o", label=label)
+    ticks = sorted({int(h) for r in results.values() for h in r["by_hops"]})
+    for ax in (ax1, ax2):
+        ax.set_xticks(ticks)
     ax1.axhline(0.5, color="grey", linestyle="--", linewidth=1)
     ax1.set(xlabel="hops", ylabel="accuracy (95% CI)", ylim=(0, 1.05), title="held-out accuracy by depth")
     ax2.set(xlabel="hops", ylabel="mean generated tokens", title="tokens generated")
