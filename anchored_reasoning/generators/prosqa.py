@@ -135,6 +135,21 @@ def _weighted_sample(rng: random.Random, items: list[int], weights: list[float],
     return out
 
 
+def _graph(edges) -> tuple[dict[int, list[int]], set[int]]:
+    """(children of every node, the nodes that have a parent) of a parent -> child edge list."""
+    children: dict[int, list[int]] = defaultdict(list)
+    has_parent: set[int] = set()
+    for a, b in edges:
+        children[a].append(b)
+        has_parent.add(b)
+    return children, has_parent
+
+
+def _fact(symbols: list[str], entities, a: int, b: int) -> str:
+    """The sentence of edge a -> b: "<entity> is a <b>." or "Every <a> is a <b>."."""
+    return f"{symbols[a]} is a {symbols[b]}." if a in entities else f"Every {symbols[a]} is a {symbols[b]}."
+
+
 def _bfs_counts(children: dict[int, list[int]], source: int) -> tuple[dict[int, int], dict[int, int]]:
     """Distance from ``source`` and number of shortest paths to every node it reaches."""
     dist, count, queue = {source: 0}, {source: 1}, [source]
@@ -230,11 +245,7 @@ def generate_problem(rng: random.Random, cfg: ProsQAConfig | None = None) -> dic
     cfg = cfg or ProsQAConfig()
     for _ in range(cfg.max_tries):
         n, edges = _draw_graph(rng, cfg)
-        children: dict[int, list[int]] = defaultdict(list)
-        has_parent = set()
-        for a, b in edges:
-            children[a].append(b)
-            has_parent.add(b)
+        children, has_parent = _graph(edges)
         reach = [_bfs(children, 0), _bfs(children, 1)]
         leaves = [
             [v for v in reach[s] if v not in reach[1 - s] and not children[v] and v != s] for s in (0, 1)
@@ -273,16 +284,13 @@ def generate_problem(rng: random.Random, cfg: ProsQAConfig | None = None) -> dic
     names.update(zip(concepts, rng.sample(concept_pool, len(concepts))))
     symbols = [names[i] for i in range(n)]
 
-    def fact(a: int, b: int) -> str:
-        return f"{symbols[a]} is a {symbols[b]}." if a in entities else f"Every {symbols[a]} is a {symbols[b]}."
-
-    facts = [fact(a, b) for a, b in edges]
+    facts = [_fact(symbols, entities, a, b) for a, b in edges]
     rng.shuffle(facts)
     options = [symbols[target], symbols[neg_target]]
     rng.shuffle(options)
     question = " ".join(facts) + f" Is {symbols[root]} a {options[0]} or {options[1]}?"
     path = rng.choice(_shortest_paths(children, root, target))
-    steps = [fact(a, b) for a, b in zip(path, path[1:])]
+    steps = [_fact(symbols, entities, a, b) for a, b in zip(path, path[1:])]
     return {
         "question": question,
         "answer": f"{symbols[root]} is a {symbols[target]}.",
@@ -304,9 +312,7 @@ def generate_rows(n: int, seed: int = 0, **size: Any) -> list[dict[str, Any]]:
 
 def hops_of(row: dict[str, Any]) -> int:
     """Shortest entity -> answer distance of a ProsQA row (generated or published)."""
-    children: dict[int, list[int]] = defaultdict(list)
-    for a, b in row["edges"]:
-        children[a].append(b)
+    children, _ = _graph(row["edges"])
     return _bfs(children, row["root"])[row["target"]]
 
 
@@ -319,9 +325,7 @@ def swapped_row(row: dict[str, Any]) -> dict[str, Any] | None:
     other = 1 - row["root"] if row["root"] in (0, 1) else None
     if other is None:
         return None
-    children: dict[int, list[int]] = defaultdict(list)
-    for a, b in row["edges"]:
-        children[a].append(b)
+    children, has_parent = _graph(row["edges"])
     reach_other, reach_root = _bfs(children, other), _bfs(children, row["root"])
     neg, target = row["neg_target"], row["target"]
     if neg not in reach_other or target in reach_other or neg in reach_root:
@@ -334,13 +338,10 @@ def swapped_row(row: dict[str, Any]) -> dict[str, Any] | None:
         return None
     question = row["question"][:cut] + f" Is {symbols[other]} a " + tail[len(prefix):]
     path = _shortest_paths(children, other, neg)[0]
-    entities = {i for i in range(len(symbols))} - {b for _, b in row["edges"]}
-
-    def fact(a: int, b: int) -> str:
-        return f"{symbols[a]} is a {symbols[b]}." if a in entities else f"Every {symbols[a]} is a {symbols[b]}."
-
+    entities = set(range(len(symbols))) - has_parent
     return {**row, "question": question, "answer": f"{symbols[other]} is a {symbols[neg]}.",
-            "steps": [fact(a, b) for a, b in zip(path, path[1:])], "root": other, "target": neg, "neg_target": target}
+            "steps": [_fact(symbols, entities, a, b) for a, b in zip(path, path[1:])],
+            "root": other, "target": neg, "neg_target": target}
 
 
 def rows_to_examples(rows: list[dict[str, Any]], split: str = "generated") -> list[Example]:
@@ -370,11 +371,7 @@ def statistics(rows: list[dict[str, Any]]) -> dict[str, float]:
     ``first`` (fraction of questions naming the right option first), ``entities``."""
     totals = defaultdict(float)
     for row in rows:
-        children: dict[int, list[int]] = defaultdict(list)
-        has_parent = set()
-        for a, b in row["edges"]:
-            children[a].append(b)
-            has_parent.add(b)
+        children, has_parent = _graph(row["edges"])
         dist, count = _bfs_counts(children, row["root"])
         symbols = row["idx_to_symbol"]
         totals["nodes"] += len(symbols)
