@@ -77,6 +77,7 @@ def parse_args(argv=None):
 
 def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops: dict[str, int], args) -> dict[str, Any]:
     from anchored_reasoning import demo
+    from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.train import ar
 
     name, options, curriculum = METHODS[label]
@@ -94,34 +95,26 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     summary = json.loads((ckpt / "train_summary.json").read_text())
     ev = demo.evaluate(str(ckpt), held, run_dir / "eval_generated", MAX_NEW_TOKENS, hops=hops)
     pr = demo.probe(str(ckpt), held, swapped, run_dir, MAX_NEW_TOKENS, hops)
-    tokens_by_hops = _tokens_by_hops(run_dir / "eval_generated" / "records.jsonl", hops)
+    records = load_records(ev["records"])
     return {
         "seed": seed, "steps": summary["global_steps"], "train_seconds": summary["train_seconds"],
         "stages": [summary["final_stage"], summary["stages_planned"]],
         "loss_curve": [[h["step"], round(h["lm_loss"], 4)] for h in summary["log_history"] if "lm_loss" in h],
         "accuracy": ev["accuracy"], "by_hops": ev["by_hops"], "tokens": ev["mean_generated_tokens"],
-        "tokens_by_hops": tokens_by_hops, "no_answer": ev["no_answer"],
+        "tokens_by_hops": _tokens_by_hops(records, hops), "no_answer": ev["no_answer"],
         "flip_rate": pr["flip_rate"]["mean"], "swap_accuracy": pr["swap_accuracy"]["mean"],
         "probe_by_hops": {h: {"flip_rate": v["flip_rate"]["mean"]} for h, v in pr["by_hops"].items()},
-        "_correct": _correct(run_dir / "eval_generated" / "records.jsonl"),
+        "_correct": {r["id"]: bool(r["correct"]) for r in records},
     }
 
 
-def _correct(path: Path) -> dict[str, bool]:
-    from anchored_reasoning.eval.runner import load_records
-
-    return {r["id"]: bool(r["correct"]) for r in load_records(path)}
-
-
-def _tokens_by_hops(path: Path, hops: dict[str, int]) -> dict[str, float]:
+def _tokens_by_hops(records: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, float]:
     from collections import defaultdict
 
-    from anchored_reasoning.eval.runner import load_records
-
     acc: dict[int, list[int]] = defaultdict(list)
-    for r in load_records(path):
+    for r in records:
         if r["id"] in hops:
-            acc[hops[r["id"]]].append(r.get("n_tokens") or r.get("tokens") or 0)
+            acc[hops[r["id"]]].append(r["tokens"])
     return {str(h): sum(v) / len(v) for h, v in sorted(acc.items())}
 
 
