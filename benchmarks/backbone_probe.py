@@ -33,33 +33,25 @@ def _concept(steps: list[str]) -> str:
     return steps[-1].split(" is a ")[-1].rstrip(".") if steps else ""
 
 
-def generate(model, tok, prompts: list[str], max_new_tokens: int = 64) -> list[str]:
-    import torch
+def generate(backend, prompts: list[str], max_new_tokens: int = 64) -> list[str]:
+    """Greedy continuations of ``" <question>\n"`` through the library's hf backend."""
+    from anchored_reasoning.types import Prompt, SamplingSpec
 
-    out: list[str] = []
-    tok.padding_side = "left"
-    for i in range(0, len(prompts), 32):
-        enc = tok([" " + p + "\n" for p in prompts[i:i + 32]], return_tensors="pt", padding=True)
-        with torch.no_grad():
-            ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        out += tok.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    return out
+    outs = backend.generate([Prompt(text=" " + p + "\n") for p in prompts], SamplingSpec(max_new_tokens=max_new_tokens))
+    return [samples[0].text for samples in outs]
 
 
 def probe(model_dir: str, hops: list[int], n: int, seed: int) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    from anchored_reasoning.backends import get_backend
     from anchored_reasoning.eval.probes import binding_probe_examples
     from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    backend = get_backend("hf", model_dir, batch_size=32, device="cpu")
     res = {}
     for h in hops:
         held = generate_dataset(n, seed=seed + h, split="probe", **ladder_size(h))
         swapped = binding_probe_examples(held)
-        texts, swapped_texts = generate(model, tok, [e.question for e in held]), generate(model, tok, [e.question for e in swapped])
+        texts, swapped_texts = generate(backend, [e.question for e in held]), generate(backend, [e.question for e in swapped])
         row = {"entity_first": 0, "first_step_is_a_fact": 0, "all_steps_are_facts": 0, "ends_at_an_option": 0,
                "right": 0, "same_under_swap": 0}
         for e, t, ts in zip(held, texts, swapped_texts):
