@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from anchored_reasoning.eval.probes import SWAP_SUFFIX, accuracy_by, binding_probe_examples, hops_of, probe_summary
-from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size, swapped_row
+from anchored_reasoning.generators.prosqa import generate_dataset, generate_rows, ladder_size, swapped_row
 from anchored_reasoning.tasks import get_task
 
 
@@ -30,7 +30,7 @@ def test_swapped_problems_ask_the_other_entity_and_flip_the_answer():
 
 
 def test_a_row_without_a_well_defined_swap_is_left_out():
-    (row,) = [r for r in __import__("anchored_reasoning.generators.prosqa", fromlist=["x"]).generate_rows(1, seed=1, **ladder_size(1))]
+    (row,) = generate_rows(1, seed=1, **ladder_size(1))
     bad = {**row, "edges": row["edges"] + [[row["root"], row["neg_target"]]]}  # asked entity now reaches the wrong option too
     assert swapped_row(bad) is None
 

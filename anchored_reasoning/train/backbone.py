@@ -73,9 +73,10 @@ def qa_document(example, task: str, rng: random.Random | None = None) -> str:
     """Facts + question, newline, derivation, `` ### `` answer (task ``drill``: facts, newline, 6 facts
     of the problem restated in random order -- each a lookup of the object from the subject)."""
     if task == "drill":
-        facts = [f.strip() + "." for f in _facts(example.question, "prosqa").split(".") if f.strip()]
+        head = _facts(example.question, "prosqa")
+        facts = [f.strip() + "." for f in head.split(".") if f.strip()]
         pick = (rng or random.Random(0)).sample(facts, min(6, len(facts)))
-        return f"{_facts(example.question, 'prosqa')}\n{' '.join(pick)}"
+        return f"{head}\n{' '.join(pick)}"
     steps = " ".join(s.strip() for s in (example.steps or []))
     return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
 
