@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -99,8 +100,6 @@ def make_data(settings: DemoSettings) -> tuple[list, list]:
     for i, size in enumerate(sizes):
         n = settings.train_n // len(sizes) + (1 if i < settings.train_n % len(sizes) else 0)
         train += generate_dataset(n, seed=settings.seed * 100 + i, split=f"demo-train{i}", **size)
-    import random
-
     random.Random(settings.seed).shuffle(train)
     seen = {ex.question for ex in train}
     held: list = []
@@ -253,7 +252,7 @@ def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int, task
     return out
 
 
-def probe(ckpt: str, held: list, swapped: list, out_dir: Path, max_new_tokens: int, hops: dict[str, int]) -> dict[str, Any]:
+def probe(ckpt: str, swapped: list, out_dir: Path, max_new_tokens: int, hops: dict[str, int]) -> dict[str, Any]:
     """The binding probe of one checkpoint: the swapped problems evaluated, paired with the originals."""
     from anchored_reasoning.eval.probes import probe_summary
     from anchored_reasoning.eval.runner import load_records
@@ -308,7 +307,7 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
         info = train_method(name, train, settings, tokenizer, out, train_seconds)
         info["generated"] = evaluate(info["checkpoint"], held, out / name / "eval_generated", settings.max_new_tokens, hops=hops)
         if swapped:
-            info["probe"] = probe(info["checkpoint"], held, swapped, out / name, settings.max_new_tokens, hops)
+            info["probe"] = probe(info["checkpoint"], swapped, out / name, settings.max_new_tokens, hops)
         if real:
             info["real_prosqa"] = evaluate(info["checkpoint"], real, out / name / "eval_real", settings.real_max_new_tokens)
         info["wall_seconds"] = round(time.monotonic() - t_m, 1)

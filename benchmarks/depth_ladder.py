@@ -94,7 +94,7 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
         ar.run_with_examples(recipe, train, [])
     summary = json.loads((ckpt / "train_summary.json").read_text())
     ev = demo.evaluate(str(ckpt), held, run_dir / "eval_generated", MAX_NEW_TOKENS, hops=hops)
-    pr = demo.probe(str(ckpt), held, swapped, run_dir, MAX_NEW_TOKENS, hops)
+    pr = demo.probe(str(ckpt), swapped, run_dir, MAX_NEW_TOKENS, hops)
     records = load_records(ev["records"])
     return {
         "seed": seed, "steps": summary["global_steps"], "train_seconds": summary["train_seconds"],
