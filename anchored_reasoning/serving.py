@@ -70,6 +70,32 @@ class ServeConfig:
     env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 600.0
     log_file: str | None = None
+    #: CPU cores the server may use (``"1"``, ``"0-3"``, ``"0,2"``); None: all of this process's.
+    #: On a CPU, vLLM's engine and worker processes poll busily: unpinned, they take every core.
+    cpus: str | None = None
+
+
+def parse_cpus(spec: str) -> list[int]:
+    """``"1"``, ``"0-3"``, ``"0,2-3"`` -> sorted core ids; cores this process may not use are refused."""
+    cores: set[int] = set()
+    try:
+        for part in str(spec).split(","):
+            lo, dash, hi = part.strip().partition("-")
+            cores.update(range(int(lo), int(hi if dash else lo) + 1))
+    except ValueError:
+        raise ConfigError(f"--cpus {spec!r} is not a list of cores like 1, 0-3 or 0,2-3") from None
+    allowed = os.sched_getaffinity(0)
+    if not cores or not cores <= allowed:
+        raise ConfigError(f"--cpus {spec!r}: cores {sorted(cores - allowed) or '(none)'} are not available "
+                          f"(this process may use {sorted(allowed)})")
+    return sorted(cores)
+
+
+def _pin(cores: list[int]):
+    """A ``preexec_fn`` that confines the server (and every process it starts) to ``cores``."""
+    def pin() -> None:
+        os.sched_setaffinity(0, cores)
+    return pin
 
 
 def resolve_engine(engine: str) -> str:
@@ -274,6 +300,22 @@ class ServerHandle:
         return f"ServerHandle(engine={self.engine!r}, model={self.model!r}, base_url={self.base_url!r}, pid={self.pid})"
 
 
+def server_env(cfg: ServeConfig, engine: str) -> tuple[dict[str, str], list[int] | None]:
+    """The server's environment, and the cores it is pinned to (``cfg.cpus``; None: not pinned)."""
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_DISABLE_UPDATE_CHECK", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    cores = parse_cpus(cfg.cpus) if cfg.cpus is not None else None
+    if cores is not None:
+        env.setdefault("OMP_NUM_THREADS", str(len(cores)))
+        if engine == "vllm":  # vLLM's OpenMP threads onto exactly these cores (its own list syntax)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
+    if engine == "vllm" and env.get("OMP_NUM_THREADS") and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # keep to OMP_NUM_THREADS instead of one thread per core
+    env.update(cfg.env)
+    return env, cores
+
+
 def start_server(cfg: ServeConfig) -> ServerHandle:
     """Start the server for ``cfg`` in its own process group and wait until it is healthy."""
     engine = resolve_engine(cfg.engine)
@@ -286,16 +328,13 @@ def start_server(cfg: ServeConfig) -> ServerHandle:
         fd, name = tempfile.mkstemp(prefix=f"anchored-reasoning-{engine}-serve-", suffix=".log")
         os.close(fd)
         log_path = Path(name)
-    env = dict(os.environ)
-    env.setdefault("HF_HUB_DISABLE_UPDATE_CHECK", "1")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if engine == "vllm" and env.get("OMP_NUM_THREADS") and "VLLM_CPU_OMP_THREADS_BIND" not in env:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # keep to OMP_NUM_THREADS instead of one thread per core
-    env.update(cfg.env)
-    logger.info("starting %s server: %s (log %s)", engine, " ".join(cmd), log_path)
+    env, cores = server_env(cfg, engine)
+    logger.info("starting %s server: %s (log %s%s)", engine, " ".join(cmd), log_path,
+                f", cores {cores}" if cores is not None else "")
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            preexec_fn=_pin(cores) if cores is not None else None,
         )
     handle = ServerHandle(cfg, engine, port, process, log_path)
     try:

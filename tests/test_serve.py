@@ -390,3 +390,26 @@ def test_vllm_serve_killed_mid_run_then_resumed_through_the_serve_command(tmp_pa
     want = {json.loads(x)["id"]: json.loads(x)["completion"] for x in (tmp_path / "clean" / "records.jsonl").read_text().splitlines()}
     assert {r["id"]: r["completion"] for r in records} == want
     assert clean["counts"]["examples_done"] == 6
+
+
+def test_cpus_pin_the_server_and_bind_vllm_threads_to_them():
+    from anchored_reasoning.errors import ConfigError
+    from anchored_reasoning.serving import ServeConfig, _pin, parse_cpus, server_env
+
+    allowed = sorted(os.sched_getaffinity(0))
+    first = allowed[0]
+    assert parse_cpus(f"{first}") == [first]
+    assert parse_cpus(",".join(map(str, allowed))) == allowed
+    if len(allowed) >= 2:
+        assert parse_cpus(f"{allowed[0]}-{allowed[1]}") == list(range(allowed[0], allowed[1] + 1))
+    for bad in ("x", "1-", str(max(allowed) + 1000)):
+        with pytest.raises(ConfigError, match="--cpus"):
+            parse_cpus(bad)
+    # the child really runs on the requested core only, and so would everything it starts
+    out = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                         preexec_fn=_pin([first]), capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"[{first}]"
+    env, cores = server_env(ServeConfig("m", engine="vllm", cpus=str(first), env={}), "vllm")
+    assert cores == [first] and env["VLLM_CPU_OMP_THREADS_BIND"] == str(first)
+    env, cores = server_env(ServeConfig("m", engine="transformers", env={}), "transformers")
+    assert cores is None and env.get("VLLM_CPU_OMP_THREADS_BIND") == os.environ.get("VLLM_CPU_OMP_THREADS_BIND")

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         extra_args=extra,
         startup_timeout=args.startup_timeout,
         log_file=args.log_file,
+        cpus=args.cpus,
     )
 
     def _terminate(signum, frame):  # SIGTERM behaves like Ctrl-C: stop the server, then exit
@@ -90,6 +91,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, help="server default seed")
     p.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for /health (default 600)")
     p.add_argument("--log-file", help="server log file (default: a temporary file, printed)")
+    p.add_argument("--cpus", metavar="LIST",
+                   help="CPU cores the server may use, e.g. 1 or 0-3 (vLLM's CPU engine polls busily and "
+                        "otherwise takes every core; default: all)")
     p.add_argument("--engine-arg", action="append", metavar="ARG",
                    help="an argument for the engine's own command line, e.g. --engine-arg=--enforce-eager (repeatable)")
     p.set_defaults(func=run)
