@@ -67,6 +67,9 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tokens-per-anchor", type=int, default=1,
+                   help="slot tokens per anchor for the slot methods (pause*, acot*): 1 is the paper's GPT-2 setting; "
+                        "on a tokenizer that splits the anchors (SmolLM2: up to 4 tokens) give their longest length")
     p.add_argument("--min-steps-per-stage", type=int, default=None,
                    help="curriculum floor per stage (default: the trainer's); a run too short for it is refused")
     p.add_argument("--work", default="runs/depth_ladder")
@@ -86,6 +89,8 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     if not (ckpt / "train_summary.json").is_file():
         settings = demo.DemoSettings(seed=seed, backbone=demo.parse_backbone(args.backbone), learning_rate=args.lr,
                                      batch_size=args.batch_size)
+        if "k" in options and args.tokens_per_anchor != 1:  # the slot methods: whole anchors, equal slots
+            options = {**options, "tokens_per_anchor": args.tokens_per_anchor}
         recipe = demo.method_recipe(name, settings, None, ckpt, 0.0, options=options)
         recipe["training"].update(max_steps=args.train_steps, max_train_seconds=None, curriculum=curriculum,
                                   max_length=512)
@@ -235,7 +240,8 @@ def _write(out: Path, results: dict[str, Any], hops: dict[str, int], args, t0: f
         merged["chance"] = 0.5
         merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
                            "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
-                           "backbone": args.backbone, "k": K, "min_steps_per_stage": args.min_steps_per_stage,
+                           "backbone": args.backbone, "k": K, "tokens_per_anchor": args.tokens_per_anchor,
+                           "min_steps_per_stage": args.min_steps_per_stage,
                            "methods": {k: list(v) for k, v in METHODS.items()}}
         merged["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
                              **({"note": args.machine_note} if args.machine_note else {})}
