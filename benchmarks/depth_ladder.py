@@ -8,7 +8,10 @@ mixture of generated ProsQA problems at every depth of ``--hops`` (the ladder si
 :func:`anchored_reasoning.generators.prosqa.ladder_size`: exactly h hops, the wrong option as deep
 as the right one, every surface rule <= 0.55), then evaluates it greedily through the evaluation
 runner on held-out problems per depth and under the binding probe (the same problems asked about
-the other entity). Methods (the paper's and its hidden ablations):
+the other entity), and reads each derivation back against the problem's graph (``chains``: the
+right chain, a made-up step -- the lookup failed --, or real steps down a wrong branch -- the
+search failed; :func:`anchored_reasoning.eval.probes.chain_check`). Methods (the paper's and its
+hidden ablations):
 
     nocot             question -> answer
     cot               question -> steps -> answer
@@ -80,6 +83,7 @@ def parse_args(argv=None):
 
 def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops: dict[str, int], args) -> dict[str, Any]:
     from anchored_reasoning import demo
+    from anchored_reasoning.eval.probes import chain_summary
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.train import ar
 
@@ -109,6 +113,7 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
         "tokens_by_hops": _tokens_by_hops(records, hops), "no_answer": ev["no_answer"],
         "flip_rate": pr["flip_rate"]["mean"], "swap_accuracy": pr["swap_accuracy"]["mean"],
         "probe_by_hops": {h: {"flip_rate": v["flip_rate"]["mean"]} for h, v in pr["by_hops"].items()},
+        "chains": chain_summary(records, held, hops),
         "_correct": {r["id"]: bool(r["correct"]) for r in records},
     }
 
@@ -134,7 +139,10 @@ def aggregate(runs: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any
         ci = mean_ci([per_problem[i] for i in ids if hops[i] == h])
         by_hops[str(h)] = {"accuracy": ci["mean"], "ci95": [ci["ci_low"], ci["ci_high"]], "n": ci["n"],
                            "tokens": sum(r["tokens_by_hops"].get(str(h), 0) for r in runs) / len(runs),
-                           "flip_rate": sum(r["probe_by_hops"].get(str(h), {}).get("flip_rate", 0) for r in runs) / len(runs)}
+                           "flip_rate": sum(r["probe_by_hops"].get(str(h), {}).get("flip_rate", 0) for r in runs) / len(runs),
+                           # derivations read back against the graph: right chain / made-up step / wrong branch
+                           "chains": {k: sum(r["chains"]["by_hops"][str(h)][k] for r in runs) / len(runs)
+                                      for k in ("ok", "lookup", "search", "none")} if all("chains" in r for r in runs) else None}
     ci = mean_ci(list(per_problem.values()))
     return {"accuracy": ci["mean"], "ci95": [ci["ci_low"], ci["ci_high"]], "by_hops": by_hops,
             "tokens": sum(r["tokens"] for r in runs) / len(runs),

@@ -61,3 +61,30 @@ def test_every_real_test_problem_has_a_swap():
         pytest.skip("needs $ANCHORED_REASONING_DATA with prosqa/test.json")
     rows = json.loads((Path(data) / "prosqa" / "test.json").read_text())
     assert all(swapped_row(r) is not None for r in rows)
+
+
+def test_chain_check_tells_a_made_up_step_from_a_wrong_branch():
+    from anchored_reasoning.eval.probes import chain_check, chain_summary
+
+    held = generate_dataset(40, seed=11, **ladder_size(3))
+    for ex in held:
+        gold = "\n".join(ex.steps) + f"[EoR]\n### {ex.answer}"
+        assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok"}
+        assert chain_check(ex, f"### {ex.answer}")["kind"] == "none"
+        made_up = "\n".join(ex.steps[:-1] + [f"Every {ex.steps[-1].split()[1]} is a zzzpus."])
+        assert chain_check(ex, made_up)["kind"] == "lookup" and chain_check(ex, made_up)["unreal"] == 1
+    # a real, connected chain that ends off the answer (a wrong branch) is a search failure
+    found = 0
+    for ex in held:
+        sym, root = ex.meta["idx_to_symbol"], ex.meta["root"]
+        first = [b for a, b in ex.meta["edges"] if a == root and sym[b] != ex.steps[0].split()[-1].rstrip(".")]
+        if first:
+            found += 1
+            res = chain_check(ex, f"{sym[root]} is a {sym[first[0]]}.[EoR]\n### {sym[root]} is a {sym[first[0]]}.")
+            assert res["kind"] == "search" and res["unreal"] == 0 and res["connected"]
+    assert found > 10
+    # the summary counts kinds per depth, and among the wrong answers
+    ex = held[0]
+    recs = [{"id": ex.id, "sample": 0, "completion": "Every x is a y.[EoR]", "correct": False}]
+    s = chain_summary(recs, held, {ex.id: 3})
+    assert s["lookup"] == 1.0 and s["wrong_by_kind"]["lookup"] == 1 and s["by_hops"]["3"]["n"] == 1

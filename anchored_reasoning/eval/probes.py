@@ -12,11 +12,18 @@ explainable:
   does not. ``flip_rate`` is the share of problems whose extracted answer differs between the
   two prompts; ``both_right`` the share answered right both times (a coin scores 0.25).
 
+* **the chain check** -- every sentence of a generated ProsQA derivation read back against the
+  problem's graph: is each step a fact of the problem (else the model made one up: the *lookup*
+  failed), does each step start where the last one ended, and does the chain end at the answer
+  (real, connected steps that end elsewhere went down the wrong branch: the *search* failed).
+
 >>> swapped = binding_probe_examples(held_out)                 # list[Example], ids "<id>~swap"
 >>> summary = probe_summary(records, swapped_records)          # from two runner record lists
+>>> chains = chain_summary(records, held_out, hops)            # lookup vs search failures per depth
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
@@ -98,5 +105,55 @@ def probe_summary(records: Sequence[dict[str, Any]], swapped_records: Sequence[d
         for o, s in pairs:
             if o["id"] in hops:
                 per[hops[o["id"]]].append((o, s))
+        out["by_hops"] = {str(h): figures(sel) for h, sel in sorted(per.items())}
+    return out
+
+
+_STEP = re.compile(r"^(?:Every )?(\S+) is an? (\S+?)\.?$")
+
+
+def chain_check(example: Example, completion: str) -> dict[str, Any]:
+    """Read the derivation in ``completion`` (the sentences before ``[EoR]`` / ``###``) against the
+    graph of ProsQA ``example``: ``steps`` parsed, ``unreal`` steps that are not facts of the problem,
+    ``connected`` (first step from the asked entity, each next one from the last one's object),
+    ``ends_at_answer``, and ``kind``: ``none`` (no step), ``lookup`` (a step made up), ``search``
+    (real steps that do not chain from the entity to the answer) or ``ok``."""
+    row = prosqa_row_of(example)
+    symbols = row["idx_to_symbol"]
+    edges = {(symbols[a], symbols[b]) for a, b in row["edges"]}
+    text = completion.split("[EoR]")[0].split("###")[0]
+    steps = [m.groups() for m in (_STEP.match(s.strip()) for s in re.split(r"(?<=\.)\s+|\n", text)) if m]
+    unreal = sum((a, b) not in edges for a, b in steps)
+    here, connected = symbols[row["root"]], True
+    for a, b in steps:
+        connected = connected and a == here
+        here = b
+    ends = bool(steps) and steps[-1][1] == symbols[row["target"]]
+    kind = "none" if not steps else "lookup" if unreal else "ok" if connected and ends else "search"
+    return {"steps": len(steps), "unreal": unreal, "connected": connected and bool(steps),
+            "ends_at_answer": ends, "kind": kind}
+
+
+def chain_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example],
+                  hops: dict[str, int] | None = None) -> dict[str, Any]:
+    """Shares of :func:`chain_check` kinds over the records (first sample of each problem), overall
+    and per hop; ``wrong_by_kind`` counts the kinds among wrongly answered problems only."""
+    by_id = {ex.id: ex for ex in examples}
+    checked = [(rec, chain_check(by_id[rid], rec.get("completion") or ""))
+               for rid, rec in _by_id(records).items() if rid in by_id]
+
+    def figures(sel):
+        n = len(sel)
+        kinds = ("ok", "lookup", "search", "none")
+        wrong = [c["kind"] for r, c in sel if not r.get("correct")]
+        return {"n": n, **{k: sum(c["kind"] == k for _, c in sel) / n for k in kinds},
+                "wrong_by_kind": {k: wrong.count(k) for k in kinds}}
+
+    out = figures(checked) if checked else {"n": 0}
+    if hops and checked:
+        per: dict[int, list] = defaultdict(list)
+        for r, c in checked:
+            if r["id"] in hops:
+                per[hops[r["id"]]].append((r, c))
         out["by_hops"] = {str(h): figures(sel) for h, sel in sorted(per.items())}
     return out
