@@ -163,10 +163,13 @@ def paired(a: dict[str, Any], b: dict[str, Any], hops: dict[str, int], h: str) -
 
 def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
     """The issue's goal at the deepest depth any method learns (its CI above chance)."""
-    learned = [h for h in sorted({h for r in results.values() for h in r["by_hops"]}, key=int)
-               if any(r["by_hops"].get(h, {}).get("ci95", [0])[0] > 0.5 for r in results.values())]
+    depths = sorted({h for r in results.values() for h in r["by_hops"]}, key=int)
+    learned = [h for h in depths if any(r["by_hops"].get(h, {}).get("ci95", [0])[0] > 0.5 for r in results.values())]
+    # does emitting the steps pay where one pass is not enough? paired, per depth
+    extra = {"cot_minus_nocot": {h: paired(results["cot"], results["nocot"], hops, h) for h in depths}} \
+        if {"cot", "nocot"} <= set(results) else {}
     if not learned or not {"acot", "cot", "pause"} <= set(results):
-        return {"deepest_learned": learned[-1] if learned else None, "checked": False}
+        return {"deepest_learned": learned[-1] if learned else None, "checked": False, **extra}
     h = learned[-1]
     a, c, p = (results[m]["by_hops"][h] for m in ("acot", "cot", "pause"))
     return {
@@ -175,7 +178,7 @@ def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
         "acot_gt_pause": a["accuracy"] > p["accuracy"],
         "acot_minus_cot": paired(results["acot"], results["cot"], hops, h),
         "acot_minus_pause": paired(results["acot"], results["pause"], hops, h),
-        "checked": True,
+        "checked": True, **extra,
     }
 
 
