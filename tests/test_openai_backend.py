@@ -360,3 +360,20 @@ def test_model_auto_reads_v1_models():
         b = OpenAIBackend("auto", base_url=srv.base_url)
         assert b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))[0][0].text == " a-0-0"
         assert b.model == "served/model"
+
+
+def test_a_failed_chunk_still_reports_the_prompts_that_finished():
+    def half_broken(method, path, body, headers):
+        prompt = body.get("prompt") or body["messages"][-1]["content"]
+        if "bad" in str(prompt):
+            return 500, {"error": "engine died"}, {}
+        return 200, {"choices": [{"text": f"echo {prompt}", "finish_reason": "stop", "index": 0}],
+                     "usage": {"completion_tokens": 2}}, {}
+
+    with FakeServer(half_broken) as srv:
+        b = make(srv, max_retries=0, concurrency=1)
+        with pytest.raises(BackendError) as err:
+            b.generate([Prompt("q0"), Prompt("q1"), Prompt("bad"), Prompt("q3")], SamplingSpec(max_new_tokens=2, n=2))
+        partial = err.value.partial
+        assert sorted(partial) == [0, 1]  # finished before the failure; the rest was never answered
+        assert [c.text for c in partial[1]] == ["echo q1", "echo q1"]  # greedy: one request copied n times

@@ -303,3 +303,23 @@ def test_sigkill_mid_run_then_resume(tmp_path):
     assert "ended" not in killed and killed["wall_seconds"] > 0
     assert killed["generated"] in (len(first) - 2, len(first))  # the kill may fall between records and config (chunk of 2)
     assert resumed["generated"] == 12 - len(first) and "ended" in resumed
+
+
+def test_samples_that_finished_before_a_backend_failure_are_kept(tmp_path):
+    from anchored_reasoning.errors import BackendError
+
+    class DiesMidChunk(FakeBackend):
+        def generate(self, prompts, spec):
+            done = super().generate(prompts[:2], spec)  # two prompts answered, then the server dies
+            err = BackendError("server died")
+            err.partial = {0: done[0], 1: done[1]}
+            raise err
+
+    task = FakeTask(6)
+    with pytest.raises(BackendError, match="server died"):
+        run_eval(task, DiesMidChunk(batch_size=6), NoCoT(), out_dir=tmp_path, progress=False)
+    assert sorted(r["id"] for r in _read(tmp_path)) == ["ex0", "ex1"]  # nothing that finished is lost
+    backend = FakeBackend()
+    run_eval(task, backend, NoCoT(), out_dir=tmp_path, progress=False)  # the rerun does only the rest
+    assert [p for c in backend.calls for p in c] == [f"Q: What is {i} doubled?\nA:" for i in range(2, 6)]
+    assert sorted(r["id"] for r in _read(tmp_path)) == [f"ex{i}" for i in range(6)]

@@ -106,6 +106,13 @@ class _Stats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _completions(row: list, spec: SamplingSpec) -> list[Completion]:
+    """One prompt's samples as Completions (greedy: the one request copied ``n`` times, it is deterministic)."""
+    if spec.greedy:
+        row = [row[0]] * spec.n
+    return [Completion(s.text, s.n_tokens, s.seconds, s.finish_reason) for s in row]
+
+
 class OpenAIBackend:
     """Generate through an OpenAI-compatible HTTP API (see the module docstring).
 
@@ -236,21 +243,21 @@ class OpenAIBackend:
                             self._split_n = True
                         for j in range(unit.first + len(samples), unit.first + unit.n):
                             queue.append(_Unit(unit.index, j, 1, spec.seed + j))
-        except BaseException:
+        except BaseException as exc:
             self._abort.set()  # in-flight requests stop retrying
+            if isinstance(exc, BackendError):
+                # what did finish is not lost: the eval runner writes these records before it stops
+                exc.partial = {i: _completions(row, spec) for i, row in enumerate(results)
+                               if row[0] is not None and (spec.greedy or all(x is not None for x in row))}
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             self._abort.clear()
-        if spec.greedy and spec.n > 1:
-            # Greedy decoding is deterministic: one request per prompt, copied n times.
-            for row in results:
-                row[1:] = [row[0]] * (spec.n - 1)
         out: list[list[Completion]] = []
         for i, row in enumerate(results):
-            if any(s is None for s in row):  # cannot happen unless a unit was lost: never return a hole
+            if row[0] is None or (not spec.greedy and any(x is None for x in row)):  # a lost unit: never return a hole
                 raise BackendError(f"openai backend: prompt {i} is missing samples after generation")
-            out.append([Completion(s.text, s.n_tokens, s.seconds, s.finish_reason) for s in row])  # type: ignore[union-attr]
+            out.append(_completions(row, spec))
         return out
 
     def close(self) -> None:

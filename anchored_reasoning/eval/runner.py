@@ -16,7 +16,9 @@ Files in ``out_dir``:
 
 Resuming: rerunning into the same ``out_dir`` reads the records that are there, generates only
 the missing (example, sample) pairs and never writes one twice. Records are appended in chunks
-and fsynced, so a crash or SIGKILL loses at most the chunk in flight; a last line cut short by
+and fsynced, so a crash or SIGKILL loses at most the chunk in flight (when a backend fails with a
+:class:`BackendError` carrying ``partial`` -- the openai backend when its server dies -- the prompts
+of the chunk that did finish are written first, so only the requests in flight are lost); a last line cut short by
 a kill is dropped and the file repaired. A run whose task, split, method, model or sampling
 differ from ``config.json`` is refused with :class:`ResumeError` (``limit`` may change: a
 larger limit extends the run).
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
-from anchored_reasoning.errors import ConfigError, ResumeError
+from anchored_reasoning.errors import BackendError, ConfigError, ResumeError
 from anchored_reasoning.eval.progress import PhaseBars
 from anchored_reasoning.eval.report import render_markdown, summarize
 from anchored_reasoning.tasks.graders import accepts_keyword
@@ -341,7 +343,18 @@ def run_eval(
                 batch = todo[start : start + chunk]
                 prompts = [method.prompt(ex, task) for ex in batch]
                 t_gen = time.perf_counter()
-                completions = backend.generate(prompts, spec)
+                failed = None
+                try:
+                    completions = backend.generate(prompts, spec)
+                except BackendError as err:
+                    # a backend that says which prompts did finish (the openai backend when its server
+                    # dies mid-chunk) gets those written before the error stops the run
+                    partial = getattr(err, "partial", None) or {}
+                    keep = sorted(i for i in partial if 0 <= i < len(batch))
+                    if not keep:
+                        raise
+                    failed = err
+                    batch, prompts, completions = [batch[i] for i in keep], [prompts[i] for i in keep], [partial[i] for i in keep]
                 t_gen = time.perf_counter() - t_gen
                 if len(completions) != len(batch) or any(len(c) != n for c in completions):
                     raise ConfigError(f"backend {getattr(backend, 'name', backend)!r} returned the wrong number of completions")
@@ -378,6 +391,9 @@ def run_eval(
                 # keep the session's progress in config.json, so a killed session still counts its time
                 sessions[-1].update({"wall_seconds": round(time.perf_counter() - t0, 3), "generated": len(records) - done_records})
                 _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
+                if failed is not None:
+                    log.warning("%s: kept the %d samples that finished before the backend failed", out, len(new))
+                    raise failed
         finally:
             bars.close()
         elapsed = time.perf_counter() - t0
