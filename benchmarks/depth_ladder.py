@@ -131,6 +131,7 @@ def _tokens_by_hops(records: list[dict[str, Any]], hops: dict[str, int]) -> dict
 def aggregate(runs: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any]:
     """Mean over seeds; 95% bootstrap interval over problems of the per-problem accuracy averaged over seeds."""
     from anchored_reasoning.eval.metrics import mean_ci
+    from anchored_reasoning.eval.probes import CHAIN_KINDS
 
     ids = sorted(set.intersection(*(set(r["_correct"]) for r in runs)))
     per_problem = {i: sum(r["_correct"][i] for r in runs) / len(runs) for i in ids}
@@ -142,7 +143,7 @@ def aggregate(runs: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any
                            "flip_rate": sum(r["probe_by_hops"].get(str(h), {}).get("flip_rate", 0) for r in runs) / len(runs),
                            # derivations read back against the graph: right chain / made-up step / wrong branch
                            "chains": {k: sum(r["chains"]["by_hops"][str(h)][k] for r in runs) / len(runs)
-                                      for k in ("ok", "lookup", "search", "none")} if all("chains" in r for r in runs) else None}
+                                      for k in CHAIN_KINDS} if all("chains" in r for r in runs) else None}
     ci = mean_ci(list(per_problem.values()))
     return {"accuracy": ci["mean"], "ci95": [ci["ci_low"], ci["ci_high"]], "by_hops": by_hops,
             "tokens": sum(r["tokens"] for r in runs) / len(runs),

@@ -72,6 +72,15 @@ def _by_id(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["id"]: r for r in records if r.get("sample", 0) == 0}
 
 
+def _per_hop(items: Sequence[tuple[dict[str, Any], Any]], hops: dict[str, int], figures) -> dict[str, Any]:
+    """``figures`` of the items grouped by the hops of their first element's record id (sorted, keys as strings)."""
+    per: dict[int, list] = defaultdict(list)
+    for item in items:
+        if item[0]["id"] in hops:
+            per[hops[item[0]["id"]]].append(item)
+    return {str(h): figures(sel) for h, sel in sorted(per.items())}
+
+
 def accuracy_by(records: Iterable[dict[str, Any]], key_of: dict[str, Any]) -> dict[str, dict[str, float]]:
     """``{key: mean_ci}`` of ``correct`` grouped by ``key_of[record id]`` (keys as strings, sorted)."""
     groups: dict[Any, list[float]] = defaultdict(list)
@@ -101,14 +110,12 @@ def probe_summary(records: Sequence[dict[str, Any]], swapped_records: Sequence[d
 
     out = figures(pairs)
     if hops:
-        per: dict[int, list] = defaultdict(list)
-        for o, s in pairs:
-            if o["id"] in hops:
-                per[hops[o["id"]]].append((o, s))
-        out["by_hops"] = {str(h): figures(sel) for h, sel in sorted(per.items())}
+        out["by_hops"] = _per_hop(pairs, hops, figures)
     return out
 
 
+#: what :func:`chain_check` calls a derivation: right, a step made up, a wrong branch, no step at all
+CHAIN_KINDS = ("ok", "lookup", "search", "none")
 _STEP = re.compile(r"^(?:Every )?(\S+) is an? (\S+?)\.?$")
 
 
@@ -143,17 +150,11 @@ def chain_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example]
                for rid, rec in _by_id(records).items() if rid in by_id]
 
     def figures(sel):
-        n = len(sel)
-        kinds = ("ok", "lookup", "search", "none")
         wrong = [c["kind"] for r, c in sel if not r.get("correct")]
-        return {"n": n, **{k: sum(c["kind"] == k for _, c in sel) / n for k in kinds},
-                "wrong_by_kind": {k: wrong.count(k) for k in kinds}}
+        return {"n": len(sel), **{k: sum(c["kind"] == k for _, c in sel) / len(sel) for k in CHAIN_KINDS},
+                "wrong_by_kind": {k: wrong.count(k) for k in CHAIN_KINDS}}
 
     out = figures(checked) if checked else {"n": 0}
     if hops and checked:
-        per: dict[int, list] = defaultdict(list)
-        for r, c in checked:
-            if r["id"] in hops:
-                per[hops[r["id"]]].append((r, c))
-        out["by_hops"] = {str(h): figures(sel) for h, sel in sorted(per.items())}
+        out["by_hops"] = _per_hop(checked, hops, figures)
     return out
