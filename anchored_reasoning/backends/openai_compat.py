@@ -106,6 +106,11 @@ class _Stats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _finished(row: list, spec: SamplingSpec) -> bool:
+    """Whether one prompt has every sample it needs (greedy: its one request)."""
+    return row[0] is not None and (spec.greedy or all(x is not None for x in row))
+
+
 def _completions(row: list, spec: SamplingSpec) -> list[Completion]:
     """One prompt's samples as Completions (greedy: the one request copied ``n`` times, it is deterministic)."""
     if spec.greedy:
@@ -247,15 +252,14 @@ class OpenAIBackend:
             self._abort.set()  # in-flight requests stop retrying
             if isinstance(exc, BackendError):
                 # what did finish is not lost: the eval runner writes these records before it stops
-                exc.partial = {i: _completions(row, spec) for i, row in enumerate(results)
-                               if row[0] is not None and (spec.greedy or all(x is not None for x in row))}
+                exc.partial = {i: _completions(row, spec) for i, row in enumerate(results) if _finished(row, spec)}
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             self._abort.clear()
         out: list[list[Completion]] = []
         for i, row in enumerate(results):
-            if row[0] is None or (not spec.greedy and any(x is None for x in row)):  # a lost unit: never return a hole
+            if not _finished(row, spec):  # a lost unit: never return a hole
                 raise BackendError(f"openai backend: prompt {i} is missing samples after generation")
             out.append(_completions(row, spec))
         return out
