@@ -114,17 +114,17 @@ def make_args(out_dir: Path, seed: int, max_steps: int, *, anchored: bool, mode:
 # ---------------------------------------------------------------------------------------------
 # part 1: perplexity at equal tokens / equal FLOPs
 
-def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: Path) -> Any:
+def ppl_data(args: argparse.Namespace, work: Path) -> tuple[Any, Any, Any, int, int]:
+    """The perplexity part's data: a tokenizer trained on ``--train-file`` (special tokens added), its
+    packed training rows, the packed first ``--test-tokens`` test tokens, and the token counts
+    (training tokens available, training blocks)."""
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
 
     from anchored_reasoning.methods.anchored import add_special_tokens
-    from anchored_reasoning.objectives import perplexity_bound
     from anchored_reasoning.tokenization import train_tiny_tokenizer
     from anchored_reasoning.train.diffusion import data_path
     from anchored_reasoning.train.diffusion_data import pack_token_blocks, packed_rows, read_text_documents, tokenize_documents
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
 
     train_path, test_path = data_path(args.train_file), data_path(args.test_file)
     tok = train_tiny_tokenizer(work / "tokenizer", texts=read_text_documents(train_path, split_lines=True), vocab_size=args.vocab)
@@ -132,15 +132,48 @@ def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
     train_ids = tokenize_documents(tok, read_text_documents(train_path))
     blocks = pack_token_blocks(train_ids, args.seq_len, keep_last=False)
     test_ids = tokenize_documents(tok, read_text_documents(test_path))[: args.test_tokens]
-    test_blocks = pack_token_blocks(test_ids, args.seq_len, keep_last=False)
-    test_x = torch.tensor(test_blocks)
-    rows = Dataset.from_list(packed_rows(blocks))
+    test_x = torch.tensor(pack_token_blocks(test_ids, args.seq_len, keep_last=False))
+    return tok, Dataset.from_list(packed_rows(blocks)), test_x, len(train_ids), len(blocks)
+
+
+def eval_callback(model: Any, at: list[int], test_x: Any, t_samples: int):
+    """A TrainerCallback that scores ``model``'s NELBO perplexity bound on ``test_x`` after each step in
+    ``at`` (fixed noise draws: seed 12345), keeping ``scores[step]`` and ``seconds[step]`` -- training
+    seconds so far, evaluation time not counted."""
+    from transformers import TrainerCallback
+
+    from anchored_reasoning.objectives import perplexity_bound
+
+    class EvalAt(TrainerCallback):
+        def __init__(self):
+            self.at, self.scores, self.seconds, self.t0 = set(at), {}, {}, None
+
+        def on_train_begin(self, a, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            if state.global_step in self.at:
+                self.seconds[state.global_step] = time.perf_counter() - self.t0
+                b = perplexity_bound(model, test_x, num_t_samples=t_samples, batch_size=32, seed=12345)
+                model.train()
+                self.scores[state.global_step] = b.perplexity
+                log.info("  step %d: test perplexity bound %.2f", state.global_step, b.perplexity)
+                self.t0 = time.perf_counter() - self.seconds[state.global_step]
+            return control
+
+    return EvalAt()
+
+
+def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: Path) -> Any:
+    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
+
+    tok, rows, test_x, n_train_tokens, n_blocks = ppl_data(args, work)
     mdlm_probe, adlm_probe = build("mdlm", tok, args, 0, args.seq_len), build("adlm", tok, args, 0, args.seq_len)
     r = train_flops_per_token(adlm_probe, args.seq_len) / train_flops_per_token(mdlm_probe, args.seq_len)
     flops_steps = int(round(args.steps * r))
     tokens_per_step = args.batch_size * args.seq_len
     setup = {
-        "train_file": str(args.train_file), "test_file": str(args.test_file), "train_tokens_available": len(train_ids),
+        "train_file": str(args.train_file), "test_file": str(args.test_file), "train_tokens_available": n_train_tokens,
         "test_tokens_scored": int(test_x.numel()), "tokenizer": f"byte-level BPE, {len(tok)} tokens, trained on the train file",
         "seq_len": args.seq_len, "batch_size": args.batch_size, "steps_equal_tokens": args.steps,
         "training_tokens_equal": args.steps * tokens_per_step, "mdlm_steps_equal_flops": flops_steps,
@@ -149,7 +182,7 @@ def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
         "parameters": {"mdlm": sum(p.numel() for p in mdlm_probe.parameters()),
                        "adlm": sum(p.numel() for p in adlm_probe.parameters())},
         "learning_rate": args.lr, "schedule": "constant after warm-up", "gamma": args.gamma, "tau": args.tau,
-        "t_samples": args.t_samples, "epochs_equal_tokens": args.steps * tokens_per_step / max(1, len(blocks) * args.seq_len),
+        "t_samples": args.t_samples, "epochs_equal_tokens": args.steps * tokens_per_step / max(1, n_blocks * args.seq_len),
     }
     del mdlm_probe, adlm_probe
     log.info("ppl setup: %s", setup)
@@ -157,31 +190,13 @@ def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
     per_seed: list[dict[str, Any]] = []
     result["per_seed"] = per_seed
 
-    class EvalAt(TrainerCallback):
-        def __init__(self, model, at: list[int]):
-            self.model, self.at, self.scores, self.seconds = model, set(at), {}, {}
-            self.t0 = None
-
-        def on_train_begin(self, a, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, a, state, control, **kw):
-            if state.global_step in self.at:
-                self.seconds[state.global_step] = time.perf_counter() - self.t0
-                b = perplexity_bound(self.model, test_x, num_t_samples=args.t_samples, batch_size=32, seed=12345)
-                self.model.train()
-                self.scores[state.global_step] = b.perplexity
-                log.info("  step %d: test perplexity bound %.2f", state.global_step, b.perplexity)
-                self.t0 = time.perf_counter() - self.seconds[state.global_step]  # evaluation time not counted
-            return control
-
     last_adlm = None
     for seed in args.seeds:
         entry: dict[str, Any] = {"seed": seed}
         for arch in ("mdlm", "adlm"):
             steps = flops_steps if arch == "mdlm" else args.steps
             model = build(arch, tok, args, seed, args.seq_len)
-            cb = EvalAt(model, sorted({args.steps, steps}))
+            cb = eval_callback(model, sorted({args.steps, steps}), test_x, args.t_samples)
             trainer = DiffusionSFTTrainer(
                 model=model, args=make_args(work / f"{arch}-{seed}", seed, steps, anchored=arch == "adlm", mode="pretrain",
                                             args=args, lr=args.lr, batch=args.batch_size),
