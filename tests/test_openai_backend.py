@@ -288,6 +288,28 @@ def test_timeouts_are_retried_then_reported():
         assert len(srv.requests) == 2
 
 
+def test_a_slow_answer_is_retried_with_a_longer_timeout():
+    # the server takes 0.35 s: 0.1 s and 0.2 s time out, the third attempt waits 0.4 s and gets it
+    def slow(method, path, body, headers):
+        time.sleep(0.35)
+        return echo_completion()(method, path, body, headers)
+
+    with FakeServer(slow) as srv:
+        b = make(srv, timeout=0.1, max_retries=2, backoff=0.0, server="openai")
+        out = b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))
+        assert out[0][0].text and len(srv.requests) == 3
+    with FakeServer(slow) as srv:  # a fixed timeout never gets there
+        b = make(srv, timeout=0.1, timeout_growth=1.0, max_retries=2, backoff=0.0, server="openai")
+        with pytest.raises(BackendError, match=r"timed out after 0.1 s waiting for the answer"):
+            b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))
+    with FakeServer(slow) as srv:  # nor one capped below the answer time
+        b = make(srv, timeout=0.1, max_timeout=0.2, max_retries=3, backoff=0.0, server="openai")
+        with pytest.raises(BackendError, match=r"after 4 attempt\(s\): timed out after 0.2 s"):
+            b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))
+    with pytest.raises(ConfigError, match="timeout_growth >= 1"):
+        OpenAIBackend("m", base_url="http://127.0.0.1:1/v1", timeout_growth=0.5)
+
+
 def test_connection_refused_is_retried_then_reported():
     with FakeServer(echo_completion()) as srv:
         url = srv.base_url

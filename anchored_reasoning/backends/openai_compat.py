@@ -132,6 +132,10 @@ class OpenAIBackend:
         server: ``auto`` | ``vllm`` | ``transformers`` | ``openai``: how to talk to the server.
         concurrency: requests in flight at once.
         timeout: seconds for one request (connect timeout is min(timeout, 10)).
+        timeout_growth, max_timeout: a request that timed out *waiting for the answer* (the server took
+            it and is still generating: a long budget on a slow machine) is retried with its timeout
+            multiplied by ``timeout_growth``, up to ``max_timeout`` (default 8 x ``timeout``), instead of
+            starting the same doomed wait again; ``timeout_growth=1`` keeps it fixed.
         max_retries: retries per request after the first attempt.
         backoff: first retry delay in seconds; doubles each retry (with jitter), capped at ``max_backoff``.
         extra_body: fields merged into every request body (server-specific options).
@@ -151,6 +155,8 @@ class OpenAIBackend:
         server: str = "auto",
         concurrency: int = 8,
         timeout: float = 600.0,
+        timeout_growth: float = 2.0,
+        max_timeout: float | None = None,
         max_retries: int = 5,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
@@ -165,6 +171,9 @@ class OpenAIBackend:
             raise ConfigError(f"openai backend: concurrency must be >= 1, got {concurrency}")
         if max_retries < 0 or timeout <= 0 or backoff < 0:
             raise ConfigError("openai backend: max_retries >= 0, timeout > 0 and backoff >= 0 are required")
+        if timeout_growth < 1 or (max_timeout is not None and max_timeout < timeout):
+            raise ConfigError(f"openai backend: timeout_growth >= 1 and max_timeout >= timeout are required "
+                              f"(got timeout_growth={timeout_growth}, max_timeout={max_timeout}, timeout={timeout})")
         if not api_key_env or not api_key_env.replace("_", "").isalnum():
             raise ConfigError(
                 f"openai backend: api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
@@ -177,6 +186,8 @@ class OpenAIBackend:
         self.server = server
         self.concurrency = int(concurrency)
         self.timeout = float(timeout)
+        self.timeout_growth = float(timeout_growth)
+        self.max_timeout = float(max_timeout) if max_timeout is not None else 8.0 * self.timeout
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
@@ -368,15 +379,22 @@ class OpenAIBackend:
         client = self._get_client()
         last = "no attempt"
         attempts = 0
+        timeout = self.timeout
         for attempt in range(retries + 1):
             if attempt:
                 with self._lock:
                     self.stats.retries += 1
             delay = None
             try:
-                resp = client.request(method, url, json=body)
+                resp = client.request(method, url, json=body, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+            except httpx.ReadTimeout as exc:
+                last = f"timed out after {timeout:g} s waiting for the answer ({type(exc).__name__})"
+                grown = min(self.max_timeout, timeout * self.timeout_growth)
+                if grown > timeout:
+                    last += f"; the retry waits {grown:g} s"
+                timeout = grown
             except httpx.TimeoutException as exc:
-                last = f"timed out after {self.timeout:g} s ({type(exc).__name__})"
+                last = f"timed out after {timeout:g} s ({type(exc).__name__})"
             except httpx.TransportError as exc:
                 last = f"connection failed ({type(exc).__name__}: {exc})"
             else:
