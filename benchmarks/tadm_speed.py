@@ -182,20 +182,28 @@ def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
 
     work = Path(args.workdir)
     tag = f"s{args.prosqa_seed}_n{train_n}_sft{args.prosqa_sft_steps}" + \
-        (f"_{args.prosqa_sft_minutes:g}min" if args.prosqa_sft_minutes else "")
+        (f"_{args.prosqa_sft_minutes:g}min" if args.prosqa_sft_minutes else "") + \
+        (f"_from-{Path(args.prosqa_init).name}" if args.prosqa_init else "") + \
+        (f"_layers{args.prosqa_layers[0]}-{args.prosqa_layers[1]}" if args.prosqa_layers else "")
     adlm_dir = work / f"prosqa_adlm_{tag}"
     tadm_dir = work / f"prosqa_tadm_{tag}_post{args.prosqa_post_steps}"
     size = "{" + ", ".join(f"{k}: {v}" for k, v in DEMO_SIZE.items()) + "}"
     data = [f"data.train.n={train_n}", f"data.train.seed={args.prosqa_seed}", f"data.train.params={size}",
             f"method.name={args.prosqa_method}", f"training.response_length={args.prosqa_gen_length}",
             f"training.per_device_train_batch_size={args.prosqa_batch}", f"seed={args.prosqa_seed}"]
+    init: list[str] = []
+    if args.prosqa_init:  # a pretrained ADLM (e.g. the shipped logic-adlm) with its tokenizer; it has 512 positions
+        init = [f"model.name={args.prosqa_init}", f"model.tokenizer={args.prosqa_init}", "model.preset=null", "model.config=null"]
+        data.append("data.max_length=512")
+    elif args.prosqa_layers:  # a fresh ADLM of another depth (e.g. logic-adlm's 4 + 2, for a like-for-like start)
+        init = [f"model.config.num_hidden_layers={args.prosqa_layers[0]}", f"model.config.denoiser_layers={args.prosqa_layers[1]}"]
     if not (adlm_dir / "config.json").is_file():
         curve = ["training.save_strategy=steps", f"training.save_steps={args.prosqa_curve_every}",
                  "training.save_only_model=true"] if args.prosqa_curve_every > 0 else []
         dtrain.run("diffusion_sft_prosqa_small_adlm", [
             f"output_dir={adlm_dir}", f"training.max_steps={args.prosqa_sft_steps}",
             f"training.max_train_seconds={args.prosqa_sft_minutes * 60 if args.prosqa_sft_minutes else 'null'}",
-            f"training.learning_rate={args.prosqa_lr}", *curve, *data])
+            f"training.learning_rate={args.prosqa_lr}", *curve, *data, *init])
     if not (tadm_dir / "config.json").is_file():
         ttrain.run("tadm_posttrain_prosqa_small", [
             f"output_dir={tadm_dir}", f"model.base={adlm_dir}", f"training.max_steps={args.prosqa_post_steps}",
@@ -307,7 +315,8 @@ def prosqa_phase(args) -> dict:
         "format": f"trained-style {method.name} (answer only), responses EOS-padded to {args.prosqa_gen_length} tokens",
         "adlm": {"checkpoint": str(adlm_dir), "recipe": "diffusion_sft_prosqa_small_adlm", "hidden_size": adlm.config.hidden_size,
                  "anchor_layers": adlm.config.num_hidden_layers, "denoiser_layers": adlm.config.num_denoiser_layers,
-                 "parameters": sum(p.numel() for p in adlm.parameters()), "learning_rate": args.prosqa_lr},
+                 "parameters": sum(p.numel() for p in adlm.parameters()), "learning_rate": args.prosqa_lr,
+                 "init": args.prosqa_init or "fresh (the recipe's preset)"},
         "tadm": {"checkpoint": str(tadm_dir), "recipe": "tadm_posttrain_prosqa_small",
                  "layers": {"shared": c.shared_layers, "anchor": c.num_hidden_layers, "denoiser": c.num_denoiser_layers},
                  "fusion_parameters": sum(p.numel() for p in tadm.fusion.parameters())},
@@ -395,6 +404,10 @@ def main(argv=None) -> int:
                    help="save an SFT checkpoint every N steps and report held-out accuracy (ADLM, K=1) at each (0: off)")
     p.add_argument("--prosqa-post-steps", type=int, default=200, help="fusion post-training steps of the ProsQA TADM")
     p.add_argument("--prosqa-lr", type=float, default=3e-3, help="SFT learning rate")
+    p.add_argument("--prosqa-init", default=None,
+                   help="SFT from this pretrained ADLM (alias or folder, e.g. logic-adlm) instead of a fresh one")
+    p.add_argument("--prosqa-layers", type=int, nargs=2, default=None, metavar=("ANCHOR", "DENOISER"),
+                   help="depths of the fresh ADLM (default: the recipe's 2 + 1)")
     p.add_argument("--prosqa-batch", type=int, default=32)
     p.add_argument("--prosqa-train-n", type=int, default=20000, help="generated training problems")
     p.add_argument("--prosqa-eval-n", type=int, default=200, help="held-out generated problems")
@@ -421,6 +434,8 @@ def main(argv=None) -> int:
     p.add_argument("--diagnose-out", default="benchmarks/results/tadm_diagnosis.json")
     p.add_argument("--diagnose-blocks", type=int, default=48, help="held-out WikiText-2 blocks the probe scores")
     args = p.parse_args(argv)
+    if args.prosqa_init and args.prosqa_layers:
+        p.error("--prosqa-layers shapes a fresh ADLM; --prosqa-init loads one with its own shape: give one of them")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
