@@ -14,8 +14,10 @@ epochs of it -- masked diffusion is known to keep improving over many epochs of 
 the test split is a different one, so the curve says when repetition stops paying.
 
 The trend: least squares of log(ratio) on log(tokens) over every seed's points (slope and its 95%
-interval), and the training size where the fitted line crosses 0.92 (the paper: 0.89-0.91 at 33B+
-tokens) -- an extrapolation, flagged as one when it lies beyond the largest size trained.
+interval), and -- only when that slope is negative beyond noise -- the training size where the
+fitted line crosses 0.92 (the paper: 0.89-0.91 at 33B+ tokens), flagged as an extrapolation when it
+lies beyond the largest size trained. Rerunning a finished command retrains nothing and rewrites
+the summary and the plot.
 
 Checkpoints are saved at every scored step; a killed run resumes from its last one with the scores
 it had (rerun the same command). Writes ``benchmarks/results/adlm_ppl_curve.json`` and ``.png``.
@@ -95,15 +97,13 @@ def fit_trend(points: list[tuple[float, float]]) -> dict[str, Any]:
     xs, ys = [math.log(t) for t, _ in points], [math.log(r) for _, r in points]
     fit = stats.linregress(xs, ys)
     half = stats.t.ppf(0.975, len(xs) - 2) * fit.stderr if len(xs) > 2 else float("nan")
-    cross = None
-    if fit.slope < 0:
-        cross = math.exp((math.log(GOAL) - fit.intercept) / fit.slope)
+    falls, rises = fit.slope + half < 0, fit.slope - half > 0
+    # a crossing is read off the line only when the line has a downward slope beyond noise
+    cross = math.exp((math.log(GOAL) - fit.intercept) / fit.slope) if falls else None
     return {"intercept": fit.intercept, "slope_per_log_token": fit.slope, "slope_ci95": [fit.slope - half, fit.slope + half],
             "p_slope": fit.pvalue, "points": len(points), "tokens_at_goal": cross,
             "extrapolated": cross is not None and cross > max(t for t, _ in points),
-            "reading": ("the ratio falls with size" if fit.slope < 0 and fit.slope + half < 0 else
-                        "the ratio rises with size" if fit.slope > 0 and fit.slope - half > 0 else
-                        "no trend beyond noise")}
+            "reading": "the ratio falls with size" if falls else "the ratio rises with size" if rises else "no trend beyond noise"}
 
 
 def t_interval(xs: list[float]) -> list[float] | None:
