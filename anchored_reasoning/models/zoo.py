@@ -141,17 +141,23 @@ def _materialize_smollm2() -> str:
     return str(out_dir)
 
 
-#: Where the shipped logic-text backbone lives inside the package (see anchored_reasoning.train.backbone).
-LOGIC_BACKBONE_DIR = Path(__file__).resolve().parents[1] / "assets" / "logic-gpt2"
+#: Where the shipped logic-text backbones live inside the package (anchored_reasoning.train.backbone,
+#: anchored_reasoning.train.diffusion_backbone).
+ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
+LOGIC_BACKBONE_DIR = ASSETS_DIR / "logic-gpt2"
+LOGIC_DIFFUSION_DIRS = {"logic-mdlm": ASSETS_DIR / "logic-mdlm", "logic-adlm": ASSETS_DIR / "logic-adlm"}
 
 
-def _materialize_logic_backbone() -> str:
-    if not (LOGIC_BACKBONE_DIR / "model.safetensors").is_file():
-        raise ConfigError(
-            f"the logic-gpt2 backbone is missing from {LOGIC_BACKBONE_DIR}; rebuild it with: "
-            f"python -m anchored_reasoning.train.backbone --out {LOGIC_BACKBONE_DIR}"
-        )
-    return str(LOGIC_BACKBONE_DIR)
+def _shipped(folder: Path, rebuild: str) -> Callable[[], str]:
+    """A materializer for a model shipped inside the package: its folder, or an error naming the rebuild command."""
+    def materialize() -> str:
+        if not (folder / "model.safetensors").is_file():
+            raise ConfigError(f"the {folder.name} backbone is missing from {folder}; rebuild it with: {rebuild} --out {folder}")
+        return str(folder)
+    return materialize
+
+
+_materialize_logic_backbone = _shipped(LOGIC_BACKBONE_DIR, "python -m anchored_reasoning.train.backbone")
 
 
 ALIASES: dict[str, ModelAlias] = {
@@ -166,6 +172,12 @@ ALIASES: dict[str, ModelAlias] = {
         "the starting point of the ACoT demo and benchmark",
         _materialize_logic_backbone,
     ),
+    **{name: ModelAlias(
+        name,
+        f"{name[6:].upper()} (4 x 128{', + 2-block denoiser' if name == 'logic-adlm' else ''}) pretrained with the masked-"
+        "diffusion loss on logic-gpt2's corpus and tokenizer, shipped in the package; the start of diffusion SFT on logic",
+        _shipped(folder, f"python -m anchored_reasoning.train.diffusion_backbone --arch {name[6:]}"),
+    ) for name, folder in LOGIC_DIFFUSION_DIRS.items()},
 }
 
 DEFAULT_MODEL = "smollm2-135m"
