@@ -174,8 +174,9 @@ ALIASES: dict[str, ModelAlias] = {
     ),
     **{name: ModelAlias(
         name,
-        f"{name[6:].upper()} (4 x 128{', + 2-block denoiser' if name == 'logic-adlm' else ''}) pretrained with the masked-"
-        "diffusion loss on logic-gpt2's corpus and tokenizer, shipped in the package; the start of diffusion SFT on logic",
+        f"{name[6:].upper()} (4 x 128{', + 2-block denoiser' if name == 'logic-adlm' else ', from logic-gpt2 weights'}) "
+        "pretrained with the masked-diffusion loss on logic-gpt2's corpus and tokenizer, shipped in the package; "
+        "the start of diffusion SFT on logic",
         _shipped(folder, f"python -m anchored_reasoning.train.diffusion_backbone --arch {name[6:]}"),
     ) for name, folder in LOGIC_DIFFUSION_DIRS.items()},
 }
