@@ -159,6 +159,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
         lo = [r[key] - r[key + "_ci95"][0] if r[key + "_ci95"] else 0 for r in rows]
         hi = [r[key + "_ci95"][1] - r[key] if r[key + "_ci95"] else 0 for r in rows]
         ax2.errorbar(xs, ys, yerr=[lo, hi], marker=marker, capsize=3, label=label)
+    for e in result["per_seed"]:  # each seed's own curve: where its loss drops shows here
+        ax2.plot([q["million_tokens"] for q in e["points"]], [q["ratio"] for q in e["points"]], color="C0", alpha=0.3,
+                 linewidth=0.8, label=f"seed {e['seed']} (equal tokens)" if e is result["per_seed"][0] else None)
     for name, trend in (result.get("trend") or {}).items():
         if trend:
             fx = [min(xs), max(xs)]
@@ -233,9 +236,11 @@ def main(argv: list[str] | None = None) -> int:
                    "ratio": as_[str(s)] / ms[str(s)], "ratio_equal_flops": as_[str(s)] / ms[str(f)],
                    "train_seconds_mdlm": m["seconds"][str(s)], "train_seconds_adlm": a["seconds"][str(s)]}
                   for size, s, f in zip(args.sizes, steps, flops_steps)]
-        result["per_seed"].append({"seed": seed, "points": points})
+        result["per_seed"].append({"seed": seed, "points": points, "train_seconds": {
+            "mdlm": m["seconds"][str(flops_steps[-1])], "adlm": a["seconds"][str(steps[-1])]}})
         summarize(result)
-        result["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        result["train_seconds_total"] = round(sum(sum(e["train_seconds"].values()) for e in result["per_seed"]), 1)
+        result["wall_seconds_this_invocation"] = round(time.perf_counter() - t0, 1)  # a rerun that trains nothing: seconds
         base.write(out, result)
         plot(result, out.with_suffix(".png"))
         log.info("seed %d: %s", seed, [(p["million_tokens"], round(p["ratio"], 3), round(p["ratio_equal_flops"], 3)) for p in points])
