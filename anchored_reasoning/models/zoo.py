@@ -174,7 +174,7 @@ ALIASES: dict[str, ModelAlias] = {
     ),
     **{name: ModelAlias(
         name,
-        f"{name[6:].upper()} (4 x 128{', + 2-block denoiser' if name == 'logic-adlm' else ', from logic-gpt2 weights'}) "
+        f"{name[6:].upper()} (4 x 128{', + 2-block denoiser' if name == 'logic-adlm' else ''}; started from logic-gpt2's weights) "
         "pretrained with the masked-diffusion loss on logic-gpt2's corpus and tokenizer, shipped in the package; "
         "the start of diffusion SFT on logic",
         _shipped(folder, f"python -m anchored_reasoning.train.diffusion_backbone --arch {name[6:]}"),
