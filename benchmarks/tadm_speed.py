@@ -276,7 +276,7 @@ def prosqa_phase(args) -> dict:
         runs[f"tadm:{k}"] = (tadm, k)
         if k > 1:
             runs[f"adlm:{k}"] = (adlm, k)
-    evals = Path(args.workdir) / "prosqa_evals"
+    evals = Path(args.workdir) / "prosqa_evals" / adlm_dir.name  # per trained pair: runs sharing a workdir never share records
     summaries: dict[str, dict] = {}
     times: dict[str, list[float]] = {name: [] for name in runs}
     with torch.no_grad():
