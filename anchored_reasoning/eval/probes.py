@@ -119,6 +119,23 @@ CHAIN_KINDS = ("ok", "lookup", "search", "none")
 _STEP = re.compile(r"^(?:Every )?(\S+) is an? (\S+?)\.?$")
 
 
+def derivation_steps(text: str) -> list[tuple[str, str]]:
+    """(subject, object) of every "X is a Y." / "Every X is a Y." sentence of a derivation, read up to
+    ``[EoR]`` / ``###`` (the answer that follows is not a step)."""
+    text = text.split("[EoR]")[0].split("###")[0]
+    return [m.groups() for m in (_STEP.match(s.strip()) for s in re.split(r"(?<=\.)\s+|\n", text)) if m]
+
+
+def prosqa_children(example: Example) -> dict[str, set[str]]:
+    """The graph of a ProsQA example by name: node -> the nodes its facts say it is."""
+    row = prosqa_row_of(example)
+    symbols = row["idx_to_symbol"]
+    children: dict[str, set[str]] = defaultdict(set)
+    for a, b in row["edges"]:
+        children[symbols[a]].add(symbols[b])
+    return dict(children)
+
+
 def chain_check(example: Example, completion: str) -> dict[str, Any]:
     """Read the derivation in ``completion`` (the sentences before ``[EoR]`` / ``###``) against the
     graph of ProsQA ``example``: ``steps`` parsed, ``unreal`` steps that are not facts of the problem,
@@ -127,10 +144,9 @@ def chain_check(example: Example, completion: str) -> dict[str, Any]:
     (real steps that do not chain from the entity to the answer) or ``ok``."""
     row = prosqa_row_of(example)
     symbols = row["idx_to_symbol"]
-    edges = {(symbols[a], symbols[b]) for a, b in row["edges"]}
-    text = completion.split("[EoR]")[0].split("###")[0]
-    steps = [m.groups() for m in (_STEP.match(s.strip()) for s in re.split(r"(?<=\.)\s+|\n", text)) if m]
-    unreal = sum((a, b) not in edges for a, b in steps)
+    children = prosqa_children(example)
+    steps = derivation_steps(completion)
+    unreal = sum(b not in children.get(a, ()) for a, b in steps)
     here, connected = symbols[row["root"]], True
     for a, b in steps:
         connected = connected and a == here

@@ -1,10 +1,10 @@
 """Pretrain the logic *diffusion* backbones ``logic-mdlm`` and ``logic-adlm``.
 
-    python -m anchored_reasoning.train.diffusion_backbone --arch mdlm --out anchored_reasoning/assets/logic-mdlm \\
-        --max-steps 3000 --threads 1
-    python -m anchored_reasoning.train.diffusion_backbone --arch adlm --out anchored_reasoning/assets/logic-adlm \\
-        --max-steps 3000 --threads 1
-    python -m anchored_reasoning.train.diffusion_backbone --arch mdlm --init ar ...   # AR-to-diffusion start
+    python -m anchored_reasoning.train.diffusion_backbone --arch mdlm --init ar --out anchored_reasoning/assets/logic-mdlm \\
+        --max-steps 1500 --threads 1
+    python -m anchored_reasoning.train.diffusion_backbone --arch adlm --init ar --out anchored_reasoning/assets/logic-adlm \\
+        --max-steps 1500 --threads 1
+    python -m anchored_reasoning.train.diffusion_backbone --check logic-gpt2        # does a backbone read the facts?
 
 The diffusion counterparts of ``logic-gpt2`` (:mod:`anchored_reasoning.train.backbone`): the same
 corpus (generated logic text: a problem's facts, a newline, a derivation that follows them; no
@@ -109,8 +109,7 @@ def held_out_nelbo(model, rows: list[dict[str, Any]], pad_id: int, seed: int = 1
         ids[i, :n] = torch.tensor(r["input_ids"])
         am[i, :n] = 1
         lm[i, :n] = torch.tensor([int(x != -100) for x in r["labels"]])
-    b = perplexity_bound(model, ids, am, num_t_samples=4, batch_size=32, seed=seed, loss_mask=lm)
-    model.train()
+    b = perplexity_bound(model, ids, am, num_t_samples=4, batch_size=32, seed=seed, loss_mask=lm)  # restores train mode
     return round(b.nelbo, 4)
 
 
@@ -122,15 +121,9 @@ def _claims(example, text: str) -> tuple[int, int, int]:
     """(steps, facts, true) of a generated ProsQA derivation: "X is a Y." / "Every X is a Y." sentences,
     those that are facts of the problem, and those true in its graph (Y reachable from X: a fact or a
     valid conclusion such as the derivation's closing "Tom is a <answer>.")."""
-    import re
+    from anchored_reasoning.eval.probes import derivation_steps, prosqa_children
 
-    from anchored_reasoning.eval.probes import _STEP, prosqa_row_of
-
-    row = prosqa_row_of(example)
-    sym = row["idx_to_symbol"]
-    children: dict[str, set[str]] = {}
-    for a, b in row["edges"]:
-        children.setdefault(sym[a], set()).add(sym[b])
+    children = prosqa_children(example)
 
     def reachable(x: str) -> set[str]:
         seen, todo = set(), [x]
@@ -141,7 +134,7 @@ def _claims(example, text: str) -> tuple[int, int, int]:
                     todo.append(c)
         return seen
 
-    steps = [m.groups() for m in (_STEP.match(t.strip()) for t in re.split(r"(?<=\.)\s+|\n", text)) if m]
+    steps = derivation_steps(text)
     facts = sum(b in children.get(a, ()) for a, b in steps)
     return len(steps), facts, sum(b in reachable(a) for a, b in steps)
 
