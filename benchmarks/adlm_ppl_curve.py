@@ -45,15 +45,11 @@ def steps_for(size_m: float, tokens_per_step: int) -> int:
     return max(1, int(round(size_m * 1e6 / tokens_per_step)))
 
 
-def last_checkpoint(run_dir: Path) -> Path | None:
-    ckpts = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    return ckpts[-1] if ckpts else None
-
-
 def train_scored(arch: str, seed: int, max_steps: int, at: list[int], tok, rows, test_x, args, work: Path) -> dict[str, Any]:
     """Train one model to ``max_steps``, scoring (and checkpointing) at each step of ``at``; resumable."""
     from transformers import TrainerCallback
 
+    from anchored_reasoning.train.checkpointing import newest_good_checkpoint
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
 
     run_dir = work / f"{arch}-{seed}"
@@ -81,7 +77,9 @@ def train_scored(arch: str, seed: int, max_steps: int, at: list[int], tok, rows,
     targs.save_steps = max_steps + 1  # saves happen only where Keep asks for them
     trainer = DiffusionSFTTrainer(model=model, args=targs, train_dataset=rows, data_collator=DiffusionCollator.for_tokenizer(tok),
                                   processing_class=tok, callbacks=[cb, Keep()])
-    resume = last_checkpoint(run_dir)
+    resume, skipped = newest_good_checkpoint(run_dir)  # a checkpoint half-written by a kill is moved aside
+    for line in skipped:
+        log.warning("%s seed %d: %s", arch, seed, line)
     if resume is not None:
         done["offset"] = max((v for v in done["seconds"].values()), default=0.0)
         log.info("%s seed %d: resuming from %s", arch, seed, resume.name)
@@ -181,20 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=float, nargs="+", default=[0.5, 1.25, 2.5, 5.0, 10.0], help="million training tokens")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--train-file", default="corpora/wikitext2_valid.txt")
-    ap.add_argument("--test-file", default="corpora/wikitext2_test.txt")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=1024)
-    ap.add_argument("--width", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--gamma", type=float, default=3e-3)
-    ap.add_argument("--tau", type=int, default=5)
-    ap.add_argument("--test-tokens", type=int, default=16384)
-    ap.add_argument("--t-samples", type=int, default=8)
+    base.add_ppl_arguments(ap, t_samples=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work-dir", default="runs/ppl_curve")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "adlm_ppl_curve.json"))
@@ -212,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     work, out, t0 = Path(args.work_dir), Path(args.out), time.perf_counter()
     work.mkdir(parents=True, exist_ok=True)
     tok, rows, test_x, n_train, _ = base.ppl_data(args, work)
-    r = base.train_flops_per_token(base.build("adlm", tok, args, 0, args.seq_len), args.seq_len) / \
-        base.train_flops_per_token(base.build("mdlm", tok, args, 0, args.seq_len), args.seq_len)
+    r = base.flops_ratio(base.build("mdlm", tok, args, 0, args.seq_len), base.build("adlm", tok, args, 0, args.seq_len),
+                         args.seq_len)
     tps = args.batch_size * args.seq_len
     steps = [steps_for(s, tps) for s in args.sizes]
     flops_steps = [int(round(s * r)) for s in steps]

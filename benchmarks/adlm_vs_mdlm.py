@@ -64,6 +64,29 @@ def train_flops_per_token(model: Any, seq_len: int) -> float:
     return 3.0 * (2.0 * linear + attention)
 
 
+def flops_ratio(mdlm: Any, adlm: Any, seq_len: int) -> float:
+    """ADLM's training FLOPs per token over MDLM's (:func:`train_flops_per_token` of each)."""
+    return train_flops_per_token(adlm, seq_len) / train_flops_per_token(mdlm, seq_len)
+
+
+def add_ppl_arguments(ap: argparse.ArgumentParser, *, t_samples: int = 4) -> None:
+    """The perplexity setup's options (corpus, sizes, optimiser, ANELBO, scoring), shared with adlm_ppl_curve.py."""
+    ap.add_argument("--train-file", default="corpora/wikitext2_valid.txt")
+    ap.add_argument("--test-file", default="corpora/wikitext2_test.txt")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=1024)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=4, help="MDLM depth = ADLM anchor depth (denoiser: half)")
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--gamma", type=float, default=3e-3)
+    ap.add_argument("--tau", type=int, default=5)
+    ap.add_argument("--test-tokens", type=int, default=16384, help="score the first N tokens of the test file")
+    ap.add_argument("--t-samples", type=int, default=t_samples)
+
+
 def machine() -> dict[str, Any]:
     from anchored_reasoning.machine import machine_info
 
@@ -169,7 +192,7 @@ def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
 
     tok, rows, test_x, n_train_tokens, n_blocks = ppl_data(args, work)
     mdlm_probe, adlm_probe = build("mdlm", tok, args, 0, args.seq_len), build("adlm", tok, args, 0, args.seq_len)
-    r = train_flops_per_token(adlm_probe, args.seq_len) / train_flops_per_token(mdlm_probe, args.seq_len)
+    r = flops_ratio(mdlm_probe, adlm_probe, args.seq_len)
     flops_steps = int(round(args.steps * r))
     tokens_per_step = args.batch_size * args.seq_len
     setup = {
@@ -326,22 +349,9 @@ def part_samplers(args: argparse.Namespace, model: Any, tok: Any, result: dict[s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-file", default="corpora/wikitext2_valid.txt")
-    ap.add_argument("--test-file", default="corpora/wikitext2_test.txt")
+    add_ppl_arguments(ap)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=200, help="training steps of each model at equal tokens")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=1024)
-    ap.add_argument("--width", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=4, help="MDLM depth = ADLM anchor depth (denoiser: half)")
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--gamma", type=float, default=3e-3)
-    ap.add_argument("--tau", type=int, default=5)
-    ap.add_argument("--test-tokens", type=int, default=16384, help="score the first N tokens of the test file")
-    ap.add_argument("--t-samples", type=int, default=4)
     ap.add_argument("--sft-seeds", type=int, nargs="+", default=None, help="default: --seeds")
     ap.add_argument("--sft-steps", type=int, default=150)
     ap.add_argument("--sft-n", type=int, default=2000)

@@ -232,8 +232,10 @@ def accuracy_curve(adlm_dir: Path, tok, method, examples, args) -> list[dict]:
     """Held-out accuracy (ADLM, K = 1) at the checkpoints SFT saved every ``--prosqa-curve-every`` steps."""
     from transformers import AutoModelForMaskedLM
 
+    from anchored_reasoning.train.checkpointing import list_checkpoints
+
     curve = []
-    for ckpt in sorted(adlm_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
+    for ckpt in list_checkpoints(adlm_dir):
         model = AutoModelForMaskedLM.from_pretrained(ckpt).eval()
         with torch.no_grad():
             summary, _ = prosqa_eval(model, tok, method, examples, 1, Path(args.workdir) / "prosqa_evals" / "curve", args)
@@ -316,7 +318,7 @@ def prosqa_phase(args) -> dict:
         "adlm": {"checkpoint": str(adlm_dir), "recipe": "diffusion_sft_prosqa_small_adlm", "hidden_size": adlm.config.hidden_size,
                  "anchor_layers": adlm.config.num_hidden_layers, "denoiser_layers": adlm.config.num_denoiser_layers,
                  "parameters": sum(p.numel() for p in adlm.parameters()), "learning_rate": args.prosqa_lr,
-                 "init": args.prosqa_init or "fresh (the recipe's preset)"},
+                 "init": args.prosqa_init or "fresh"},
         "tadm": {"checkpoint": str(tadm_dir), "recipe": "tadm_posttrain_prosqa_small",
                  "layers": {"shared": c.shared_layers, "anchor": c.num_hidden_layers, "denoiser": c.num_denoiser_layers},
                  "fusion_parameters": sum(p.numel() for p in tadm.fusion.parameters())},
