@@ -1,0 +1,253 @@
+"""Does a backbone learn the ProsQA lookup when it cannot memorise? A plain PyTorch loop (no trainer) on
+problems drawn fresh for every batch, with the binding probe and a fact-recall probe on held-out problems.
+
+    OMP_NUM_THREADS=1 python benchmarks/binding_fresh.py --label logic-gpt2 --steps 12000
+    OMP_NUM_THREADS=1 python benchmarks/binding_fresh.py --label llama-rope --llama 4 128 4 --steps 12000
+    OMP_NUM_THREADS=1 python benchmarks/binding_fresh.py --label recall-drill --recall 0.5 --steps 12000
+        # each adds its curve to benchmarks/results/binding_fresh.json (rewritten at every evaluation,
+        # so a run stopped early keeps what it measured, with the step it reached)
+
+Issue 10 found that fine-tuned models do not read the asked entity, and one suspect was memorisation:
+a fixed training set of a few thousand problems, learnt by heart. Here every training problem is new
+(the generator at the ladder's shortcut-free size, ``--hops``), so the only way down is the rule.
+
+Held-out problems (seeds 10000+, never drawn for training) are scored by forced choice: the gold
+target is teacher-forced up to the answer word, and the option with the larger logit is the pick.
+Per depth: ``acc`` (the pick is right), ``flip`` (asked about the other entity, options unchanged,
+the pick changes), ``both`` (right on the problem and on its swap: the probe's "reads the entity").
+``--recall R`` makes a share R of every batch a fact-recall drill: the facts, then each fact again in
+a new order, with the loss on each re-stated fact's object only -- a dense version of the lookup a
+derivation step needs (about ten lookups per sequence instead of one answer). ``recall_hit`` (always
+reported) is the share of re-stated facts of held-out problems whose greedy object is one of that
+subject's objects in the facts: the lookup itself, whatever the answer format.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "benchmarks" / "results" / "binding_fresh.json"
+IGNORE = -100
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--label", required=True, help="this run's key in the results file")
+    p.add_argument("--hops", type=int, nargs="+", default=[1], help="ladder depths to train and score")
+    p.add_argument("--method", default="nocot", help="answer format (nocot or cot, trained style)")
+    p.add_argument("--steps", type=int, default=12000)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--eval-every", type=int, default=500)
+    p.add_argument("--eval-n", type=int, default=100, help="held-out problems per depth")
+    p.add_argument("--init", default="logic-gpt2", help="backbone (alias or directory); its tokenizer is used")
+    p.add_argument("--llama", nargs=3, type=int, metavar=("LAYERS", "HIDDEN", "HEADS"),
+                   help="train a Llama (RoPE) of this shape from scratch instead, with --init's tokenizer")
+    p.add_argument("--recall", type=float, default=0.0, help="share of each batch that is a fact-recall drill")
+    p.add_argument("--recall-prefix", default="### ", help="each re-stated fact starts with this (the answer marker)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(OUT))
+    return p.parse_args(argv)
+
+
+def split_facts(question: str) -> list[str]:
+    """The facts of a ProsQA question ("... Bob is a x. Is Bob a y or z?" -> ["... .", "Bob is a x."])."""
+    body = question[: question.rindex("?")].rsplit(".", 1)[0]
+    return [f.strip() + "." for f in body.split(".") if f.strip()]
+
+
+def objects_by_subject(facts: list[str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for fact in facts:
+        head, obj = fact[:-1].rsplit(" ", 1)
+        out.setdefault(head, set()).add(obj)
+    return out
+
+
+def recall_doc(tok, facts: list[str], rng: random.Random, prefix: str) -> tuple[list[int], list[int], list[str]]:
+    """Token ids and labels of a recall drill: the facts, then each again (shuffled) as ``prefix`` +
+    fact, labelled at its object's first token only. Also returns each re-stated fact's subject."""
+    ids = list(tok(" ".join(facts) + "\n")["input_ids"])
+    labels = [IGNORE] * len(ids)
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    heads = []
+    for fact in rng.sample(facts, len(facts)):
+        head, obj = fact[:-1].rsplit(" ", 1)
+        h = tok(prefix + head, add_special_tokens=False)["input_ids"]
+        o = tok(" " + obj + ".", add_special_tokens=False)["input_ids"]
+        ids += h + o + newline
+        labels += [IGNORE] * len(h) + [o[0]] + [IGNORE] * (len(o) - 1 + len(newline))
+        heads.append(head)
+    return ids, labels, heads
+
+
+def pad(seqs: list[tuple[list[int], list[int]]], pad_id: int):
+    import torch
+
+    length = max(len(ids) for ids, _ in seqs)
+    ids = torch.full((len(seqs), length), pad_id)
+    labels = torch.full((len(seqs), length), IGNORE)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for i, (s, lab) in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        labels[i, : len(s)] = torch.tensor(lab)
+        mask[i, : len(s)] = 1
+    return ids, mask, labels
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from anchored_reasoning.generators.prosqa import generate_rows, hops_of, ladder_size, swapped_row
+        from anchored_reasoning.methods import get_method
+        from anchored_reasoning.models.zoo import resolve_model
+        from anchored_reasoning.tasks import get_task
+
+        self.args, self.torch = args, torch
+        torch.manual_seed(args.seed)
+        path = resolve_model(args.init)
+        self.tok = AutoTokenizer.from_pretrained(path)
+        if args.llama:
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            layers, hidden, heads = args.llama
+            self.model = LlamaForCausalLM(LlamaConfig(
+                vocab_size=len(self.tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=1024,
+                bos_token_id=self.tok.bos_token_id, eos_token_id=self.tok.eos_token_id, tie_word_embeddings=True))
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(path)
+        self.task, self.method = get_task("prosqa"), get_method(args.method, style="trained")
+        self.ladder_size, self.generate_rows = ladder_size, generate_rows
+        self.held = []  # (row, swapped row, hops)
+        for h in args.hops:
+            for row in generate_rows(args.eval_n, seed=10_000 + h, **ladder_size(h)):
+                swap = swapped_row(row)
+                if swap is not None:
+                    self.held.append((row, swap, hops_of(row)))
+
+    def encode(self, row) -> tuple[list[int], list[int]]:
+        from anchored_reasoning.generators.prosqa import rows_to_examples
+
+        r = self.method.render(rows_to_examples([row])[0], self.task)
+        prompt = list(self.tok(r.prompt)["input_ids"])
+        target = list(self.tok(r.target, add_special_tokens=False)["input_ids"]) + [self.tok.eos_token_id]
+        return prompt + target, [IGNORE] * len(prompt) + target
+
+    def train_batch(self, rng: random.Random):
+        seqs = []
+        n_recall = int(round(self.args.batch_size * self.args.recall))
+        for i in range(self.args.batch_size):
+            size = self.ladder_size(rng.choice(self.args.hops))
+            row = self.generate_rows(1, seed=rng.randrange(10**9), **size)[0]
+            if i < n_recall:
+                ids, labels, _ = recall_doc(self.tok, split_facts(row["question"]), rng, self.args.recall_prefix)
+                seqs.append((ids, labels))
+            else:
+                seqs.append(self.encode(row))
+        return pad(seqs, self.tok.eos_token_id)
+
+    def pick(self, row) -> tuple[int, int]:
+        """(picked option index, gold option index) by forced choice at the answer word."""
+        from anchored_reasoning.generators.prosqa import rows_to_examples
+
+        r = self.method.render(rows_to_examples([row])[0], self.task)
+        answer = row["answer"].rstrip(".").split()[-1]
+        q = row["question"]
+        options = q[q.rindex(" a ") + 3:].rstrip("?").split(" or ")
+        ids = self.tok(r.prompt)["input_ids"] + self.tok(r.target[: r.target.rindex(answer)],
+                                                          add_special_tokens=False)["input_ids"]
+        first = [self.tok(" " + o, add_special_tokens=False)["input_ids"][0] for o in options]
+        logits = self.model(self.torch.tensor([ids])).logits[0, -1]
+        return int(logits[first[1]] > logits[first[0]]), options.index(answer)
+
+    def recall_hits(self, row, rng: random.Random) -> tuple[int, int]:
+        facts = split_facts(row["question"])
+        ids, labels, heads = recall_doc(self.tok, facts, rng, self.args.recall_prefix)
+        valid = objects_by_subject(facts)
+        preds = self.model(self.torch.tensor([ids])).logits[0].argmax(-1).tolist()
+        # labels[p] is the object's first token, predicted at position p - 1
+        positions = [p for p, lab in enumerate(labels) if lab != IGNORE]
+        hits = 0
+        for head, p in zip(heads, positions):
+            word = self.tok.decode([preds[p - 1]]).strip()
+            hits += word in valid[head]
+        return hits, len(positions)
+
+    def evaluate(self) -> dict[str, Any]:
+        self.model.eval()
+        rng = random.Random(1)
+        out: dict[str, Any] = {}
+        with self.torch.no_grad():
+            for h in self.args.hops:
+                acc = both = flip = n = hit = facts = 0
+                for row, swap, hops in self.held:
+                    if hops != h:
+                        continue
+                    (p, g), (ps, gs) = self.pick(row), self.pick(swap)
+                    n += 1
+                    acc += p == g
+                    both += p == g and ps == gs
+                    flip += p != ps
+                    k, m = self.recall_hits(row, rng)
+                    hit, facts = hit + k, facts + m
+                out[str(h)] = {"acc": acc / n, "both": both / n, "flip": flip / n, "recall_hit": hit / max(facts, 1), "n": n}
+        self.model.train()
+        return out
+
+
+def save(path: Path, label: str, run: dict[str, Any]) -> None:
+    results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+    results["runs"][label] = run
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from anchored_reasoning.machine import machine_info
+
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    bench = Bench(args)
+    opt = torch.optim.AdamW(bench.model.parameters(), lr=args.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
+    rng = random.Random(args.seed)
+    run = {"args": {k: v for k, v in vars(args).items() if k != "out"},
+           "parameters": sum(p.numel() for p in bench.model.parameters()),
+           "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
+           "threads": 1, "command": "python benchmarks/binding_fresh.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "chance": 0.5, "curve": []}
+    t0, loss_sum = time.time(), 0.0
+    for step in range(1, args.steps + 1):
+        ids, mask, labels = bench.train_batch(rng)
+        loss = bench.model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(bench.model.parameters(), 1.0)
+        opt.step(), sched.step(), opt.zero_grad()
+        loss_sum += loss.item()
+        if step == 1 or step % args.eval_every == 0 or step == args.steps:
+            point = {"step": step, "problems_seen": step * args.batch_size, "loss": round(loss_sum / (1 if step == 1 else args.eval_every), 4),
+                     "seconds": round(time.time() - t0, 1), "eval": bench.evaluate()}
+            loss_sum = 0.0
+            run["curve"].append(point)
+            run["reached_step"] = step
+            save(Path(args.out), args.label, run)
+            print(json.dumps(point), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

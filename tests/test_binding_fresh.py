@@ -1,0 +1,50 @@
+"""benchmarks/binding_fresh.py: the recall drill labels each re-stated fact's object and nothing else,
+and a short run scores held-out problems and writes its curve."""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import binding_fresh as bf  # noqa: E402
+
+QUESTION = "Every wumpus is a yumpus. Bob is a wumpus. Bob is a zumpus. Alex is a jompus. Is Bob a yumpus or jompus?"
+
+
+def test_facts_and_their_objects():
+    facts = bf.split_facts(QUESTION)
+    assert facts == ["Every wumpus is a yumpus.", "Bob is a wumpus.", "Bob is a zumpus.", "Alex is a jompus."]
+    assert bf.objects_by_subject(facts) == {"Every wumpus is a": {"yumpus"}, "Bob is a": {"wumpus", "zumpus"},
+                                            "Alex is a": {"jompus"}}
+
+
+def test_recall_doc_labels_objects_only():
+    from transformers import AutoTokenizer
+
+    from anchored_reasoning.models.zoo import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("logic-gpt2"))
+    facts = bf.split_facts(QUESTION)
+    ids, labels, heads = bf.recall_doc(tok, facts, random.Random(0), "### ")
+    assert len(ids) == len(labels) and sorted(heads) == sorted(f[:-1].rsplit(" ", 1)[0] for f in facts)
+    labelled = [(p, t) for p, t in enumerate(labels) if t != bf.IGNORE]
+    assert len(labelled) == len(facts)
+    for (p, t), head in zip(labelled, heads):
+        assert ids[p] == t  # the label is the token at that position (the loss shifts it)
+        assert tok.decode([t]).strip() in bf.objects_by_subject(facts)[head]
+    # the re-stated part starts after the facts: nothing in the facts themselves is labelled
+    n_facts = len(tok(" ".join(facts) + "\n")["input_ids"])
+    assert all(p >= n_facts for p, _ in labelled)
+
+
+def test_short_run_writes_a_scored_curve(tmp_path):
+    out = tmp_path / "binding.json"
+    assert bf.main(["--label", "t", "--steps", "2", "--eval-every", "2", "--eval-n", "4", "--batch-size", "4",
+                    "--recall", "0.5", "--out", str(out)]) == 0
+    run = json.loads(out.read_text())["runs"]["t"]
+    assert run["reached_step"] == 2 and [p["step"] for p in run["curve"]] == [1, 2]
+    score = run["curve"][-1]["eval"]["1"]
+    assert score["n"] >= 1 and 0.0 <= score["acc"] <= 1.0 and 0.0 <= score["recall_hit"] <= 1.0
+    assert score["both"] <= score["acc"]
