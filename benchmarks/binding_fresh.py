@@ -35,7 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "results" / "binding_fresh.json"
-IGNORE = -100
+
+from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch, tokenize_rendered  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -90,20 +91,6 @@ def recall_doc(tok, facts: list[str], rng: random.Random, prefix: str) -> tuple[
     return ids, labels, heads
 
 
-def pad(seqs: list[tuple[list[int], list[int]]], pad_id: int):
-    import torch
-
-    length = max(len(ids) for ids, _ in seqs)
-    ids = torch.full((len(seqs), length), pad_id)
-    labels = torch.full((len(seqs), length), IGNORE)
-    mask = torch.zeros((len(seqs), length), dtype=torch.long)
-    for i, (s, lab) in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        labels[i, : len(s)] = torch.tensor(lab)
-        mask[i, : len(s)] = 1
-    return ids, mask, labels
-
-
 class Bench:
     def __init__(self, args: argparse.Namespace):
         import torch
@@ -137,13 +124,10 @@ class Bench:
                 if swap is not None:
                     self.held.append((row, swap, hops_of(row)))
 
-    def encode(self, row) -> tuple[list[int], list[int]]:
+    def encode(self, row) -> TokenizedExample:
         from anchored_reasoning.generators.prosqa import rows_to_examples
 
-        r = self.method.render(rows_to_examples([row])[0], self.task)
-        prompt = list(self.tok(r.prompt)["input_ids"])
-        target = list(self.tok(r.target, add_special_tokens=False)["input_ids"]) + [self.tok.eos_token_id]
-        return prompt + target, [IGNORE] * len(prompt) + target
+        return tokenize_rendered(self.method.render(rows_to_examples([row])[0], self.task), self.tok, ant_id=None)
 
     def train_batch(self, rng: random.Random):
         seqs = []
@@ -153,10 +137,11 @@ class Bench:
             row = self.generate_rows(1, seed=rng.randrange(10**9), **size)[0]
             if i < n_recall:
                 ids, labels, _ = recall_doc(self.tok, split_facts(row["question"]), rng, self.args.recall_prefix)
-                seqs.append((ids, labels))
+                seqs.append(TokenizedExample(ids, labels, [IGNORE] * len(ids)))
             else:
                 seqs.append(self.encode(row))
-        return pad(seqs, self.tok.eos_token_id)
+        batch = pad_batch(seqs, self.tok.eos_token_id)
+        return batch["input_ids"], batch["attention_mask"], batch["labels"]
 
     def pick(self, row) -> tuple[int, int]:
         """(picked option index, gold option index) by forced choice at the answer word."""
@@ -236,7 +221,9 @@ def main(argv=None) -> int:
         loss = bench.model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(bench.model.parameters(), 1.0)
-        opt.step(), sched.step(), opt.zero_grad()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
         loss_sum += loss.item()
         if step == 1 or step % args.eval_every == 0 or step == args.steps:
             point = {"step": step, "problems_seen": step * args.batch_size, "loss": round(loss_sum / (1 if step == 1 else args.eval_every), 4),
