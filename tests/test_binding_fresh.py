@@ -48,3 +48,17 @@ def test_short_run_writes_a_scored_curve(tmp_path):
     score = run["curve"][-1]["eval"]["1"]
     assert score["n"] >= 1 and 0.0 <= score["acc"] <= 1.0 and 0.0 <= score["recall_hit"] <= 1.0
     assert score["both"] <= score["acc"]
+
+
+def test_recall_floor_names_the_most_frequent_object_for_every_fact():
+    # every object once: the first, "yumpus", is named; only the wumpus fact has it as an object
+    assert bf.recall_floor(bf.split_facts(QUESTION)) == (1, 4)
+    shared = "Bob is a wumpus. Bob is a zumpus. Alex is a zumpus. Is Bob a wumpus or zumpus?"
+    # "zumpus" is the most frequent object and an object of both subjects: the floor is perfect here
+    assert bf.recall_floor(bf.split_facts(shared)) == (3, 3)
+
+
+def test_floors_are_per_depth_shares():
+    held = bf.held_out([1], 6)
+    floor = bf.floors(held, [1])
+    assert set(floor) == {"1"} and 0.0 < floor["1"] <= 1.0
