@@ -51,3 +51,52 @@ def test_projections_train_and_the_head_stays_tied():
 def test_refuses_no_shift():
     with pytest.raises(ValueError, match="n >= 1"):
         add_token_shift(tiny_gpt2(), 0)
+
+
+def tiny_shift_gpt2():
+    from anchored_reasoning.models import ShiftGPT2LMHeadModel
+
+    model = ShiftGPT2LMHeadModel.from_gpt2(tiny_gpt2(), 3).eval()
+    with torch.no_grad():
+        for lin in model.shift_proj:
+            lin.weight.normal_(0, 0.3)
+    return model
+
+
+def test_converted_gpt2_starts_identical():
+    from anchored_reasoning.models import ShiftGPT2LMHeadModel
+
+    gpt2 = tiny_gpt2().eval()
+    ids = torch.randint(0, 50, (2, 9))
+    assert torch.allclose(ShiftGPT2LMHeadModel.from_gpt2(gpt2, 3).eval()(ids).logits, gpt2(ids).logits, atol=1e-6)
+
+
+def test_cached_generation_matches_uncached():
+    model = tiny_shift_gpt2()
+    ids = torch.randint(1, 50, (2, 6))
+    kw = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(ids, use_cache=True, **kw), model.generate(ids, use_cache=False, **kw))
+
+
+def test_padding_feeds_no_shift():
+    model = tiny_shift_gpt2()
+    ids = torch.randint(1, 50, (1, 5))
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids], 1)
+    mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones_like(ids)], 1)
+    with torch.no_grad():
+        plain = model.shifted_embeddings(ids)
+        left = model.shifted_embeddings(padded, attention_mask=mask)[:, 3:]
+    assert torch.allclose(plain, left, atol=1e-6)
+
+
+def test_saves_and_loads_with_the_auto_class(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    import anchored_reasoning.models  # noqa: F401  (registers shift-gpt2)
+
+    model = tiny_shift_gpt2()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.randint(0, 50, (2, 7))
+    assert type(loaded).__name__ == "ShiftGPT2LMHeadModel" and loaded.config.token_shift == 3
+    assert torch.allclose(loaded(ids).logits, model(ids).logits, atol=1e-6)

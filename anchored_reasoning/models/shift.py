@@ -54,3 +54,81 @@ def add_token_shift(model: Any, n: int) -> Any:
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.use_cache = False
     return model
+
+
+# --- a saved model type: GPT-2 with a token-shifted input -----------------------------------------
+
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+
+class ShiftGPT2Config(GPT2Config):
+    """GPT-2 plus ``token_shift``: how many previous tokens' embeddings each input embedding adds."""
+
+    model_type = "shift-gpt2"
+
+    def __init__(self, token_shift: int = 3, **kwargs):
+        super().__init__(**kwargs)
+        self.token_shift = token_shift
+
+
+class ShiftGPT2LMHeadModel(GPT2LMHeadModel):
+    """``GPT2LMHeadModel`` whose input embedding at ``t`` is ``e(x_t) + sum_j P_j e(x_{t-j})``.
+
+    Positions the attention mask marks as padding contribute nothing to their successors' shift (so a
+    left-padded prompt starts as a sequence does in training). With a KV cache, ``generate`` passes the
+    ``token_shift`` tokens before the new ones as ``shift_prefix`` (see ``prepare_inputs_for_generation``),
+    so cached and uncached decoding give the same logits.
+    """
+
+    config_class = ShiftGPT2Config
+
+    def __init__(self, config: ShiftGPT2Config):
+        super().__init__(config)
+        import torch
+
+        dim = config.n_embd
+        self.shift_proj = torch.nn.ModuleList(torch.nn.Linear(dim, dim, bias=False) for _ in range(config.token_shift))
+        self.post_init()
+        for lin in self.shift_proj:  # start as the plain GPT-2 (a converted checkpoint keeps its function)
+            torch.nn.init.zeros_(lin.weight)
+
+    @classmethod
+    def from_gpt2(cls, gpt2: GPT2LMHeadModel, token_shift: int = 3) -> "ShiftGPT2LMHeadModel":
+        """The same weights with a zero (identity) shift: behaves exactly as ``gpt2`` until trained."""
+        config = ShiftGPT2Config(token_shift=token_shift, **{k: v for k, v in gpt2.config.to_dict().items()
+                                                             if k not in ("model_type", "architectures")})
+        model = cls(config)
+        missing, unexpected = model.load_state_dict(gpt2.state_dict(), strict=False)
+        if unexpected or any(not k.startswith("shift_proj.") for k in missing):
+            raise ValueError(f"not a GPT-2 state dict: missing {missing}, unexpected {unexpected}")
+        return model
+
+    def shifted_embeddings(self, input_ids, shift_prefix=None, attention_mask=None):
+        import torch
+
+        n_pre = 0 if shift_prefix is None else shift_prefix.shape[1]
+        ids = input_ids if not n_pre else torch.cat([shift_prefix, input_ids], dim=1)
+        e = self.transformer.wte(ids)
+        src = e
+        if attention_mask is not None and attention_mask.shape[1] >= ids.shape[1]:
+            src = e * attention_mask[:, -ids.shape[1]:, None].to(e.dtype)
+        out = e
+        for j, lin in enumerate(self.shift_proj, start=1):
+            out = out + lin(torch.nn.functional.pad(src[:, :-j], (0, 0, j, 0)))
+        return out[:, n_pre:]
+
+    def forward(self, input_ids=None, past_key_values=None, attention_mask=None, inputs_embeds=None,
+                shift_prefix=None, **kwargs):
+        if inputs_embeds is None and input_ids is not None:
+            inputs_embeds = self.shifted_embeddings(input_ids, shift_prefix, attention_mask)
+            input_ids = None
+        return super().forward(input_ids=input_ids, past_key_values=past_key_values, attention_mask=attention_mask,
+                               inputs_embeds=inputs_embeds, **kwargs)
+
+    def prepare_inputs_for_generation(self, input_ids, **kwargs):
+        inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
+        new = inputs.get("input_ids")
+        if new is not None and new.shape[1] < input_ids.shape[1]:
+            end = input_ids.shape[1] - new.shape[1]
+            inputs["shift_prefix"] = input_ids[:, max(0, end - self.config.token_shift):end]
+        return inputs
