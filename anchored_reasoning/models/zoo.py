@@ -145,6 +145,7 @@ def _materialize_smollm2() -> str:
 #: anchored_reasoning.train.diffusion_backbone).
 ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
 LOGIC_BACKBONE_DIR = ASSETS_DIR / "logic-gpt2"
+LOGIC_SHIFT_DIR = ASSETS_DIR / "logic-gpt2-shift"
 LOGIC_DIFFUSION_DIRS = {"logic-mdlm": ASSETS_DIR / "logic-mdlm", "logic-adlm": ASSETS_DIR / "logic-adlm"}
 
 
@@ -171,6 +172,14 @@ ALIASES: dict[str, ModelAlias] = {
         "4-layer GPT-2 (0.9M parameters) pretrained on generated logic text, shipped in the package; "
         "the starting point of the ACoT demo and benchmark",
         _materialize_logic_backbone,
+    ),
+    "logic-gpt2-shift": ModelAlias(
+        "logic-gpt2-shift",
+        "logic-gpt2 as a shift-gpt2 (each input embedding adds the 3 previous tokens' projections; 0.97M "
+        "parameters), pretrained further on whole problems: it looks facts up (zero-shot 1-hop ProsQA 0.90), "
+        "shipped in the package",
+        _shipped(LOGIC_SHIFT_DIR, "python -m anchored_reasoning.train.backbone --token-shift 3 --corpus questions "
+                                  "--init-from anchored_reasoning/assets/logic-gpt2"),
     ),
     **{name: ModelAlias(
         name,

@@ -195,7 +195,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
              lr: float = 1e-3, warmup: int = 200, eval_every: int = 250, threads: int | None = None,
              config: dict[str, Any] | None = None, max_steps: int | None = None,
              init_from: str | Path | None = None, loss_on: str = "derivation",
-             corpus_kind: str = "facts") -> dict[str, Any]:
+             corpus_kind: str = "facts", token_shift: int = 0) -> dict[str, Any]:
     """Pretrain the backbone for ``minutes`` of wall-clock time (or ``max_steps``) and save it to ``out``.
 
     The learning rate warms up for ``warmup`` steps and then decays on a cosine over the
@@ -205,6 +205,9 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     ``loss_on="all"`` puts the loss on every token, facts included (the first phase of the
     shipped backbone was trained that way; see the module docstring for why it is not the default).
     ``corpus_kind="questions"`` trains on :func:`qa_corpus` (whole problems, question kept).
+    ``token_shift=N`` makes (or converts ``init_from`` into, with an identical start) a ``shift-gpt2``
+    (:mod:`anchored_reasoning.models.shift`): each input embedding adds the N previous tokens'
+    projections, which lets the 1M backbone learn fact lookup at all (``benchmarks/assoc_recall.py``).
     """
     if loss_on not in ("derivation", "all"):
         raise ValueError(f"loss_on must be 'derivation' or 'all', got {loss_on!r}")
@@ -233,6 +236,8 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     else:
         tokenizer = build_tokenizer([d for _, d in corpus[:20_000]], out / "_tokenizer")
     cfg = {**BACKBONE_CONFIG, **(config or {})}
+    from anchored_reasoning.models.shift import ShiftGPT2LMHeadModel
+
     if init_from:
         model = AutoModelForCausalLM.from_pretrained(init_from)
         cfg = {k: getattr(model.config, k) for k in cfg}
@@ -240,6 +245,10 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
         model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                                            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                                            **cfg))
+    if token_shift and not isinstance(model, ShiftGPT2LMHeadModel):
+        model = ShiftGPT2LMHeadModel.from_gpt2(model, token_shift)
+    if isinstance(model, ShiftGPT2LMHeadModel):
+        cfg = {**cfg, "token_shift": model.config.token_shift}
     # documents longer than the model's positions (its own, also for a continued or overridden config)
     enc = [encode(tokenizer, d) for _, d in corpus]
     too_long = sum(len(ids) > cfg["n_positions"] for ids, _ in enc)
@@ -321,11 +330,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="question-free logic text (the first backbone) or whole problems with the question kept")
     p.add_argument("--loss-on", choices=["derivation", "all"], default="derivation",
                    help="tokens that carry the loss (default: the derivation only)")
+    p.add_argument("--token-shift", type=int, default=0, metavar="N",
+                   help="a shift-gpt2: each input embedding adds the N previous tokens' projections (0: plain GPT-2)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     s = pretrain(Path(a.out), minutes=a.minutes, n_docs=a.docs, seed=a.seed, batch_size=a.batch_size, lr=a.lr,
                  threads=a.threads, max_steps=a.max_steps, init_from=a.init_from,
-                 loss_on=a.loss_on, corpus_kind=a.corpus)
+                 loss_on=a.loss_on, corpus_kind=a.corpus, token_shift=a.token_shift)
     print(json.dumps({k: s[k] for k in ("steps", "tokens", "train_seconds", "held_out_derivation_loss")}))
     return 0
 
