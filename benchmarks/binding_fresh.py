@@ -178,6 +178,9 @@ class Bench:
         batch = pad_batch(seqs, self.tok.eos_token_id)
         return batch["input_ids"], batch["attention_mask"], batch["labels"]
 
+    def context_ids(self, prompt: str, target_prefix: str) -> list[int]:
+        return self.tok(prompt)["input_ids"] + self.tok(target_prefix.rstrip(" "), add_special_tokens=False)["input_ids"]
+
     def pick(self, row) -> tuple[int, int]:
         """(picked option index, gold option index) by forced choice at the answer word."""
         from anchored_reasoning.generators.prosqa import rows_to_examples
@@ -186,8 +189,9 @@ class Bench:
         answer = row["answer"].rstrip(".").split()[-1]
         q = row["question"]
         options = q[q.rindex(" a ") + 3:].rstrip("?").split(" or ")
-        ids = self.tok(r.prompt)["input_ids"] + self.tok(r.target[: r.target.rindex(answer)],
-                                                          add_special_tokens=False)["input_ids"]
+        # the context ends at the token before the answer word ("... is a"), as in training: a trailing
+        # space would tokenize alone (" "), a context the model never saw before an object
+        ids = self.context_ids(r.prompt, r.target[: r.target.rindex(answer)])
         first = [self.tok(" " + o, add_special_tokens=False)["input_ids"][0] for o in options]
         logits = self.model(self.torch.tensor([ids])).logits[0, -1]
         return int(logits[first[1]] > logits[first[0]]), options.index(answer)

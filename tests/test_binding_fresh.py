@@ -62,3 +62,18 @@ def test_floors_are_per_depth_shares():
     held = bf.held_out([1], 6)
     floor = bf.floors(held, [1])
     assert set(floor) == {"1"} and 0.0 < floor["1"] <= 1.0
+
+
+def test_forced_choice_context_is_the_training_prefix_of_the_answer_word():
+    """The scored position must be the one training predicts the answer word from (regression: a
+    trailing space used to end the context with a lone " " token, never seen before an object)."""
+    from anchored_reasoning.generators.prosqa import rows_to_examples
+
+    bench = bf.Bench(bf.parse_args(["--label", "t", "--eval-n", "3"]))
+    row = bench.held[0][0]
+    ex = bench.encode(row)
+    r = bench.method.render(rows_to_examples([row])[0], bench.task)
+    answer = row["answer"].rstrip(".").split()[-1]
+    ctx = bench.context_ids(r.prompt, r.target[: r.target.rindex(answer)])
+    answer_tok = bench.tok(" " + answer, add_special_tokens=False)["input_ids"][0]
+    assert ex.input_ids[: len(ctx)] == ctx and ex.input_ids[len(ctx)] == answer_tok
