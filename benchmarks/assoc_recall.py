@@ -19,7 +19,6 @@ drops " is a" (``"Bob wumpus."``): the classic key-value recall, key right befor
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import random
 import sys
@@ -31,8 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "results" / "assoc_recall.json"
 
-from anchored_reasoning.models.shift import add_token_shift  # noqa: E402
 from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _fresh_loop import build_model, optimizer, run_record, save, train_step  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -105,25 +106,6 @@ class Docs:
         return sum(1.0 / (k - j) for j in range(len(order)))
 
 
-def build_model(args: argparse.Namespace, tok):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from anchored_reasoning.models.zoo import resolve_model
-
-    if args.llama:
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        layers, hidden, heads = args.llama
-        return LlamaForCausalLM(LlamaConfig(
-            vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-            num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=1024,
-            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=True))
-    path = resolve_model(args.init)
-    if args.scratch:
-        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
-    return AutoModelForCausalLM.from_pretrained(path)
-
-
 def batch(docs: Docs, rng: random.Random, n: int, pad_id: int):
     made = [docs.make(rng) for _ in range(n)]
     b = pad_batch([m[0] for m in made], pad_id)
@@ -154,18 +136,10 @@ def evaluate(model, docs: Docs, n: int, pad_id: int) -> dict[str, Any]:
             "by_k": {str(k): round(h / t, 4) for k, (h, t) in sorted(by_k.items())}}
 
 
-def save(path: Path, label: str, run: dict[str, Any]) -> None:
-    results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
-    results["runs"][label] = run
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-
-
 def main(argv=None) -> int:
     import torch
     from transformers import AutoTokenizer
 
-    from anchored_reasoning.machine import machine_info
     from anchored_reasoning.models.zoo import resolve_model
 
     args = parse_args(argv)
@@ -173,29 +147,17 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     tok = AutoTokenizer.from_pretrained(resolve_model(args.init))
     docs = Docs(tok, args.format, args.queries, args.k_min, args.k_max)
-    model = build_model(args, tok)
-    if args.shift:
-        add_token_shift(model, args.shift)
+    model = build_model(args.init, tok, llama=args.llama, scratch=args.scratch, shift=args.shift)
     model.train()
     pad_id = tok.eos_token_id
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
+    opt, sched = optimizer(model, args.lr, args.warmup)
     rng = random.Random(args.seed)
-    run = {"args": {k: v for k, v in vars(args).items() if k != "out"},
-           "parameters": sum(p.numel() for p in model.parameters()),
-           "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
-           "threads": 1, "command": "python benchmarks/assoc_recall.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    run = {**run_record(args, model, "assoc_recall.py", argv),
            "curve": [{"step": 0, "eval": evaluate(model, docs, args.eval_docs, pad_id)}]}
     t0, loss_sum = time.time(), 0.0
     for step in range(1, args.steps + 1):
         b, _ = batch(docs, rng, args.batch_size, pad_id)
-        loss = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-        loss_sum += loss.item()
+        loss_sum += train_step(model, opt, sched, b["input_ids"], b["attention_mask"], b["labels"])
         if step % args.eval_every == 0 or step == args.steps:
             n = args.eval_every if step % args.eval_every == 0 else step % args.eval_every
             point = {"step": step, "loss": round(loss_sum / n, 4), "seconds": round(time.time() - t0, 1),

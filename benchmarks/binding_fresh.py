@@ -27,7 +27,6 @@ facts share a subject): only ``recall_hit`` above ``recall_floor`` is a lookup.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import random
 import sys
@@ -40,6 +39,9 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "results" / "binding_fresh.json"
 
 from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch, tokenize_rendered  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _fresh_loop import build_model, optimizer, run_record, save, train_step  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -130,7 +132,7 @@ def floors(held: list[tuple[dict, dict, int]], hops: list[int]) -> dict[str, flo
 class Bench:
     def __init__(self, args: argparse.Namespace):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from anchored_reasoning.generators.prosqa import generate_rows, ladder_size
         from anchored_reasoning.methods import get_method
@@ -139,22 +141,8 @@ class Bench:
 
         self.args, self.torch = args, torch
         torch.manual_seed(args.seed)
-        path = resolve_model(args.init)
-        self.tok = AutoTokenizer.from_pretrained(path)
-        if args.llama:
-            from transformers import LlamaConfig, LlamaForCausalLM
-
-            layers, hidden, heads = args.llama
-            self.model = LlamaForCausalLM(LlamaConfig(
-                vocab_size=len(self.tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-                num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=1024,
-                bos_token_id=self.tok.bos_token_id, eos_token_id=self.tok.eos_token_id, tie_word_embeddings=True))
-        else:
-            self.model = AutoModelForCausalLM.from_pretrained(path)
-        if args.shift:
-            from anchored_reasoning.models.shift import add_token_shift
-
-            add_token_shift(self.model, args.shift)
+        self.tok = AutoTokenizer.from_pretrained(resolve_model(args.init))
+        self.model = build_model(args.init, self.tok, llama=args.llama, shift=args.shift)
         self.task, self.method = get_task("prosqa"), get_method(args.method, style="trained")
         self.ladder_size, self.generate_rows = ladder_size, generate_rows
         self.held = held_out(args.hops, args.eval_n)
@@ -231,17 +219,8 @@ class Bench:
         return out
 
 
-def save(path: Path, label: str, run: dict[str, Any]) -> None:
-    results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
-    results["runs"][label] = run
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-
-
 def main(argv=None) -> int:
     import torch
-
-    from anchored_reasoning.machine import machine_info
 
     args = parse_args(argv)
     if args.annotate:
@@ -254,24 +233,14 @@ def main(argv=None) -> int:
         return 0
     torch.set_num_threads(1)
     bench = Bench(args)
-    opt = torch.optim.AdamW(bench.model.parameters(), lr=args.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
+    opt, sched = optimizer(bench.model, args.lr, args.warmup)
     rng = random.Random(args.seed)
-    run = {"args": {k: v for k, v in vars(args).items() if k != "out"},
-           "parameters": sum(p.numel() for p in bench.model.parameters()),
-           "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
-           "threads": 1, "command": "python benchmarks/binding_fresh.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    run = {**run_record(args, bench.model, "binding_fresh.py", argv),
            "chance": 0.5, "recall_floor": floors(bench.held, args.hops), "curve": []}
     t0, loss_sum = time.time(), 0.0
     for step in range(1, args.steps + 1):
         ids, mask, labels = bench.train_batch(rng)
-        loss = bench.model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(bench.model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-        loss_sum += loss.item()
+        loss_sum += train_step(bench.model, opt, sched, ids, mask, labels)
         if step == 1 or step % args.eval_every == 0 or step == args.steps:
             point = {"step": step, "problems_seen": step * args.batch_size, "loss": round(loss_sum / (1 if step == 1 else args.eval_every), 4),
                      "seconds": round(time.time() - t0, 1), "eval": bench.evaluate()}

@@ -18,6 +18,17 @@ from __future__ import annotations
 from typing import Any
 
 
+def shift_sum(e, src, projections):
+    """``e + sum_j projections[j-1](src shifted right by j)`` over a (batch, time, dim) tensor: the token
+    shift itself (``src`` is ``e``, or ``e`` with padding zeroed)."""
+    import torch
+
+    out = e
+    for j, lin in enumerate(projections, start=1):
+        out = out + lin(torch.nn.functional.pad(src[:, :-j], (0, 0, j, 0)))
+    return out
+
+
 def add_token_shift(model: Any, n: int) -> Any:
     """Replace ``model``'s input embedding by a token-shifted one (``n`` previous tokens); returns it."""
     import torch
@@ -45,10 +56,7 @@ def add_token_shift(model: Any, n: int) -> Any:
 
         def forward(self, ids):
             e = self.emb(ids)
-            out = e
-            for j, lin in enumerate(self.proj, start=1):
-                out = out + lin(torch.nn.functional.pad(e[:, :-j], (0, 0, j, 0)))
-            return out
+            return shift_sum(e, e, self.proj)
 
     model.set_input_embeddings(ShiftedEmbedding())
     if getattr(model, "generation_config", None) is not None:
@@ -112,10 +120,7 @@ class ShiftGPT2LMHeadModel(GPT2LMHeadModel):
         src = e
         if attention_mask is not None and attention_mask.shape[1] >= ids.shape[1]:
             src = e * attention_mask[:, -ids.shape[1]:, None].to(e.dtype)
-        out = e
-        for j, lin in enumerate(self.shift_proj, start=1):
-            out = out + lin(torch.nn.functional.pad(src[:, :-j], (0, 0, j, 0)))
-        return out[:, n_pre:]
+        return shift_sum(e, src, self.shift_proj)[:, n_pre:]
 
     def forward(self, input_ids=None, past_key_values=None, attention_mask=None, inputs_embeds=None,
                 shift_prefix=None, **kwargs):
