@@ -351,3 +351,33 @@ def test_validation_generates_through_the_evaluation_path(tiny, tmp_path):
     assert result.n == 5 and result.accuracy == summary["accuracy"]["mean"]
     assert result.mean_generated_tokens == pytest.approx(summary["tokens"]["mean"])
     assert result.samples[0]["prompt"] == method.prompt(examples[0], "prosqa").text
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "shift-gpt2"])
+def test_every_parameter_trains(tiny, tmp_path, arch):
+    """A few trainer steps move every weight of the model: the tiny Llama, GPT-2 and the token-shifted
+    GPT-2 (whose shift once sat outside the backbone that TRL's fused head calls, and never trained)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from anchored_reasoning.models import ShiftGPT2LMHeadModel
+
+    _, tok, base = tiny
+    if arch == "llama":
+        model = copy.deepcopy(base)
+    else:
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=256,
+                                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id))
+        if arch == "shift-gpt2":
+            model = ShiftGPT2LMHeadModel.from_gpt2(model, 3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    args = AnchoredSFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, learning_rate=1e-3,
+                             max_steps=3, weight_decay=0.0, disable_tqdm=True, report_to=[])
+    trainer = AnchoredSFTTrainer(model=model, args=args, train_dataset=examples_dataset([prosqa_like(i) for i in range(12)]),
+                                 data_collator=AnchoredCollator(tok, get_method("acot", style="trained"), task="prosqa"),
+                                 processing_class=tok)
+    trainer.train()
+    after = trainer.model.state_dict()
+    frozen = [k for k, v in before.items() if torch.equal(v, after[k])]
+    assert not frozen, f"weights the trainer never changed: {frozen}"
+    assert (arch == "shift-gpt2") == any(k.startswith("transformer.shift_proj.") for k in after)

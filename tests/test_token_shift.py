@@ -100,3 +100,30 @@ def test_saves_and_loads_with_the_auto_class(tmp_path):
     ids = torch.randint(0, 50, (2, 7))
     assert type(loaded).__name__ == "ShiftGPT2LMHeadModel" and loaded.config.token_shift == 3
     assert torch.allclose(loaded(ids).logits, model(ids).logits, atol=1e-6)
+
+
+def test_trls_fused_head_scores_through_the_shift():
+    """SFT/GRPO training calls ``model(..., fused_lm_head=True)``, which runs ``model.base_model`` and the
+    head, not the LM-head model's forward: the shift must be in the backbone or training never sees it
+    (it did not, until the shift moved into ``ShiftGPT2Model``)."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = tiny_shift_gpt2()
+    ids = torch.randint(1, 50, (2, 8))
+    labels = torch.nn.functional.pad(ids[:, 1:], (0, 1), value=-100)
+    with torch.no_grad():
+        ref = torch.log_softmax(model(ids).logits, -1)
+        ref = ref[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+        unshifted = torch.log_softmax(unshifted_logits(model, ids), -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+    add_fused_lm_head(model)
+    with torch.no_grad():
+        fused = model(input_ids=ids, shift_labels=labels, fused_lm_head=True).log_probs[:, :-1]
+    assert torch.allclose(fused, ref, atol=1e-5)
+    assert not torch.allclose(fused, unshifted, atol=1e-3)  # the check can fail: the shift changes the scores
+
+
+def unshifted_logits(model, ids):
+    """The same weights scored without the shift (plain GPT-2's embedding)."""
+    from transformers import GPT2Model
+
+    return model.lm_head(GPT2Model.forward(model.transformer, input_ids=ids).last_hidden_state)

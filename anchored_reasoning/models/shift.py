@@ -66,7 +66,7 @@ def add_token_shift(model: Any, n: int) -> Any:
 
 # --- a saved model type: GPT-2 with a token-shifted input -----------------------------------------
 
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model  # noqa: E402
 
 
 class ShiftGPT2Config(GPT2Config):
@@ -79,13 +79,17 @@ class ShiftGPT2Config(GPT2Config):
         self.token_shift = token_shift
 
 
-class ShiftGPT2LMHeadModel(GPT2LMHeadModel):
-    """``GPT2LMHeadModel`` whose input embedding at ``t`` is ``e(x_t) + sum_j P_j e(x_{t-j})``.
+class ShiftGPT2Model(GPT2Model):
+    """The GPT-2 backbone (``model.transformer``) with the shift applied to its input embeddings.
+
+    The shift lives here and not in the LM-head model because trainers call the backbone directly:
+    TRL's fused LM head (``model(..., fused_lm_head=True)``, which SFT/GRPO training use) runs
+    ``model.base_model(...)`` and then the head, skipping the LM-head model's own ``forward``. A shift
+    applied there trained nothing and was missing from the training forward altogether.
 
     Positions the attention mask marks as padding contribute nothing to their successors' shift (so a
-    left-padded prompt starts as a sequence does in training). With a KV cache, ``generate`` passes the
-    ``token_shift`` tokens before the new ones as ``shift_prefix`` (see ``prepare_inputs_for_generation``),
-    so cached and uncached decoding give the same logits.
+    left-padded prompt starts as a sequence does in training). ``shift_prefix``: the ``token_shift``
+    tokens before ``input_ids`` (a KV-cached decoding step passes them).
     """
 
     config_class = ShiftGPT2Config
@@ -97,8 +101,59 @@ class ShiftGPT2LMHeadModel(GPT2LMHeadModel):
         dim = config.n_embd
         self.shift_proj = torch.nn.ModuleList(torch.nn.Linear(dim, dim, bias=False) for _ in range(config.token_shift))
         self.post_init()
-        for lin in self.shift_proj:  # start as the plain GPT-2 (a converted checkpoint keeps its function)
+        self.zero_shift()
+
+    def zero_shift(self) -> None:
+        """Zero projections: the model computes exactly what plain GPT-2 with these weights computes."""
+        import torch
+
+        for lin in self.shift_proj:
             torch.nn.init.zeros_(lin.weight)
+
+    def shifted_embeddings(self, input_ids, shift_prefix=None, attention_mask=None):
+        import torch
+
+        n_pre = 0 if shift_prefix is None else shift_prefix.shape[1]
+        ids = input_ids if not n_pre else torch.cat([shift_prefix, input_ids], dim=1)
+        e = self.wte(ids)
+        src = e
+        if attention_mask is not None and attention_mask.ndim == 2 and attention_mask.shape[1] >= ids.shape[1]:
+            src = e * attention_mask[:, -ids.shape[1]:, None].to(e.dtype)
+        return shift_sum(e, src, self.shift_proj)[:, n_pre:]
+
+    def forward(self, input_ids=None, past_key_values=None, attention_mask=None, token_type_ids=None,
+                position_ids=None, inputs_embeds=None, shift_prefix=None, **kwargs):
+        if inputs_embeds is None and input_ids is not None:
+            inputs_embeds = self.shifted_embeddings(input_ids, shift_prefix, attention_mask)
+            input_ids = None
+        return super().forward(input_ids=input_ids, past_key_values=past_key_values, attention_mask=attention_mask,
+                               token_type_ids=token_type_ids, position_ids=position_ids, inputs_embeds=inputs_embeds,
+                               **kwargs)
+
+
+class ShiftGPT2LMHeadModel(GPT2LMHeadModel):
+    """``GPT2LMHeadModel`` on a :class:`ShiftGPT2Model`: the input embedding at ``t`` is
+    ``e(x_t) + sum_j P_j e(x_{t-j})`` (weights under ``transformer.shift_proj``).
+
+    With a KV cache, ``generate`` passes the ``token_shift`` tokens before the new ones as
+    ``shift_prefix`` (see ``prepare_inputs_for_generation``), so cached and uncached decoding give the
+    same logits.
+    """
+
+    config_class = ShiftGPT2Config
+
+    def __init__(self, config: ShiftGPT2Config):
+        super().__init__(config)
+        self.transformer = ShiftGPT2Model(config)
+        self.post_init()
+        self.transformer.zero_shift()  # start as the plain GPT-2 (a converted checkpoint keeps its function)
+
+    @property
+    def shift_proj(self):
+        return self.transformer.shift_proj
+
+    def shifted_embeddings(self, input_ids, shift_prefix=None, attention_mask=None):
+        return self.transformer.shifted_embeddings(input_ids, shift_prefix, attention_mask)
 
     @classmethod
     def from_gpt2(cls, gpt2: GPT2LMHeadModel, token_shift: int = 3) -> "ShiftGPT2LMHeadModel":
@@ -107,28 +162,9 @@ class ShiftGPT2LMHeadModel(GPT2LMHeadModel):
                                                              if k not in ("model_type", "architectures")})
         model = cls(config)
         missing, unexpected = model.load_state_dict(gpt2.state_dict(), strict=False)
-        if unexpected or any(not k.startswith("shift_proj.") for k in missing):
+        if unexpected or any(not k.startswith("transformer.shift_proj.") for k in missing):
             raise ValueError(f"not a GPT-2 state dict: missing {missing}, unexpected {unexpected}")
         return model
-
-    def shifted_embeddings(self, input_ids, shift_prefix=None, attention_mask=None):
-        import torch
-
-        n_pre = 0 if shift_prefix is None else shift_prefix.shape[1]
-        ids = input_ids if not n_pre else torch.cat([shift_prefix, input_ids], dim=1)
-        e = self.transformer.wte(ids)
-        src = e
-        if attention_mask is not None and attention_mask.shape[1] >= ids.shape[1]:
-            src = e * attention_mask[:, -ids.shape[1]:, None].to(e.dtype)
-        return shift_sum(e, src, self.shift_proj)[:, n_pre:]
-
-    def forward(self, input_ids=None, past_key_values=None, attention_mask=None, inputs_embeds=None,
-                shift_prefix=None, **kwargs):
-        if inputs_embeds is None and input_ids is not None:
-            inputs_embeds = self.shifted_embeddings(input_ids, shift_prefix, attention_mask)
-            input_ids = None
-        return super().forward(input_ids=input_ids, past_key_values=past_key_values, attention_mask=attention_mask,
-                               inputs_embeds=inputs_embeds, **kwargs)
 
     def prepare_inputs_for_generation(self, input_ids, **kwargs):
         inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
