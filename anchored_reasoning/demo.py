@@ -11,7 +11,7 @@ What it does, offline:
    from different seeds, held-out questions that also occur in training removed. The surface-rule
    baselines of :mod:`anchored_reasoning.generators.shortcuts` are scored on the held-out
    problems and written beside the results (all near 0.5);
-2. fine-tunes the shipped ``logic-gpt2`` backbone once per method, each for the same wall-clock
+2. fine-tunes the shipped ``logic-gpt2-shift`` backbone once per method, each for the same wall-clock
    budget (``--backbone none``: a 2-layer GPT-2 from scratch); ACoT and pause follow the paper's
    curriculum (one more slot and one reasoning step fewer per stage), scaled to the budget;
 3. evaluates each checkpoint through the evaluation runner (HF backend, greedy) on the held-out
@@ -66,14 +66,18 @@ class DemoSettings:
     size: dict[str, Any] | None = None
     probe: bool = True
     #: Model every method fine-tunes: a checkpoint, alias or Hub id (default: the shipped
-    #: ``logic-gpt2`` backbone); None trains ``preset`` from scratch with a tokenizer trained here.
-    backbone: str | None = "logic-gpt2"
+    #: ``logic-gpt2-shift`` backbone); None trains ``preset`` from scratch with a tokenizer trained here.
+    backbone: str | None = "logic-gpt2-shift"
     preset: str = "gpt2-tiny"
     learning_rate: float = 1e-3
     batch_size: int = 32
     max_new_tokens: int = 64
     real_max_new_tokens: int = 128
     threads: int | None = None
+    #: methods trained at once, one process each (with ``threads`` torch threads): a CPU with two cores
+    #: trains two methods side by side, so each gets twice the steps of one-at-a-time in the same wall
+    #: clock. None: one per core, at most one per method.
+    workers: int | None = None
 
 
 def parse_backbone(value: str | None) -> str | None:
@@ -266,6 +270,36 @@ def probe(ckpt: str, swapped: list, out_dir: Path, max_new_tokens: int, hops: di
 # the whole demo
 
 
+def demo_workers(settings: DemoSettings) -> int:
+    """How many methods train at once: ``settings.workers``, else one per core (at most one per method)."""
+    n = settings.workers or (os.cpu_count() or 1) // max(settings.threads or 1, 1)
+    return max(1, min(int(n), len(settings.methods)))
+
+
+def _worker_init(threads: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(threads or 1)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+
+
+def method_job(name: str, *, train: list, settings: DemoSettings, tokenizer: Path | None, out: Path, train_seconds: float,
+               held: list, hops: dict[str, int], swapped: list, real: list) -> dict[str, Any]:
+    """Train one method and evaluate it (held-out problems, binding probe, real split): one worker's job."""
+    t_m = time.monotonic()
+    info = train_method(name, train, settings, tokenizer, out, train_seconds)
+    info["generated"] = evaluate(info["checkpoint"], held, out / name / "eval_generated", settings.max_new_tokens, hops=hops)
+    if swapped:
+        info["probe"] = probe(info["checkpoint"], swapped, out / name, settings.max_new_tokens, hops)
+    if real:
+        info["real_prosqa"] = evaluate(info["checkpoint"], real, out / name / "eval_real", settings.real_max_new_tokens)
+    info["wall_seconds"] = round(time.monotonic() - t_m, 1)
+    g = info["generated"]
+    log.info("%s: accuracy %.3f, %.1f tokens, %d steps", name, g["accuracy"], g["mean_generated_tokens"], info["steps"])
+    return info
+
+
 def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
     import torch
 
@@ -278,7 +312,8 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
         torch.set_num_threads(settings.threads)
     out.mkdir(parents=True, exist_ok=True)
     settings_file = out / "demo_settings.json"
-    identity = {k: v for k, v in asdict(settings).items() if k != "threads"}  # threads do not change what is trained
+    # threads and workers change how fast, not what is trained
+    identity = {k: v for k, v in asdict(settings).items() if k not in ("threads", "workers")}
     current = json.dumps(identity, sort_keys=True)
     if settings_file.is_file() and settings_file.read_text().strip() != current:
         from anchored_reasoning.errors import ResumeError
@@ -295,25 +330,28 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
     setup_s = time.monotonic() - t0
 
     # Equal training time per method; evaluation time is reserved up front from a rough per-example cost.
+    workers = demo_workers(settings)
+    rounds = -(-len(settings.methods) // workers)  # methods each worker trains one after the other
     budget = settings.budget_minutes * 60.0
-    eval_reserve = len(settings.methods) * (5.0 + 0.06 * (len(held) + len(swapped)) + 0.25 * len(real))
-    train_seconds = max(2.0, (budget - setup_s - eval_reserve) / max(len(settings.methods), 1))
-    log.info("demo: %d train / %d held-out generated problems (%d swapped), %d real; %.0fs of training per method",
-             len(train), len(held), len(swapped), len(real), train_seconds)
+    eval_per_method = 5.0 + 0.06 * (len(held) + len(swapped)) + 0.25 * len(real)
+    train_seconds = max(2.0, (budget - setup_s) / max(rounds, 1) - eval_per_method - (3.0 if workers > 1 else 0.0))
+    log.info("demo: %d train / %d held-out generated problems (%d swapped), %d real; %.0fs of training per method, "
+             "%d at a time", len(train), len(held), len(swapped), len(real), train_seconds, workers)
 
+    job = dict(train=train, settings=settings, tokenizer=tokenizer, out=out, train_seconds=train_seconds,
+               held=held, hops=hops, swapped=swapped, real=real)
     results: dict[str, Any] = {}
-    for name in settings.methods:
-        t_m = time.monotonic()
-        info = train_method(name, train, settings, tokenizer, out, train_seconds)
-        info["generated"] = evaluate(info["checkpoint"], held, out / name / "eval_generated", settings.max_new_tokens, hops=hops)
-        if swapped:
-            info["probe"] = probe(info["checkpoint"], swapped, out / name, settings.max_new_tokens, hops)
-        if real:
-            info["real_prosqa"] = evaluate(info["checkpoint"], real, out / name / "eval_real", settings.real_max_new_tokens)
-        info["wall_seconds"] = round(time.monotonic() - t_m, 1)
-        results[name] = info
-        g = info["generated"]
-        log.info("%s: accuracy %.3f, %.1f tokens, %d steps", name, g["accuracy"], g["mean_generated_tokens"], info["steps"])
+    if workers == 1:
+        for name in settings.methods:
+            results[name] = method_job(name, **job)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no forked torch state
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(settings.threads,)) as pool:
+            futures = {name: pool.submit(method_job, name, **job) for name in settings.methods}
+            results = {name: f.result() for name, f in futures.items()}
 
     summary = {
         "settings": asdict(settings),
@@ -331,7 +369,7 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
         "surface_rules_on_held_out": shortcuts,
         "methods": results,
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads()},
+                    "torch_threads": torch.get_num_threads(), "workers": workers},
         "total_seconds": round(time.monotonic() - t0, 1),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }

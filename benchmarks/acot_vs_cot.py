@@ -71,7 +71,7 @@ def parse_args(argv=None):
     p.add_argument("--train-n", type=int, default=6000, help="generated ProsQA training problems (ProntoQA uses its train split)")
     p.add_argument("--prosqa-n", type=int, default=500, help="real ProsQA test problems (all 500 by default)")
     p.add_argument("--prontoqa-n", type=int, default=800, help="real ProntoQA test problems (all 800 by default)")
-    p.add_argument("--backbone", default="logic-gpt2",
+    p.add_argument("--backbone", default="logic-gpt2-shift",
                    help="model every run fine-tunes (alias, directory or Hub id); 'none' trains --preset from scratch")
     p.add_argument("--preset", default="gpt2-tiny", help="from-scratch architecture when --backbone none")
     p.add_argument("--lr", type=float, default=1e-3)

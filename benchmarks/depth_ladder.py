@@ -3,7 +3,7 @@
     python benchmarks/depth_ladder.py --hops 1 2 3 4 --seeds 0 1 2 --train-steps 1500 --threads 1
     python benchmarks/depth_ladder.py --methods cot nocot --seeds 0 --train-steps 300    # a slice
 
-Each run fine-tunes the backbone (default: the shipped ``logic-gpt2``) with one method on an equal
+Each run fine-tunes the backbone (default: the shipped ``logic-gpt2-shift``) with one method on an equal
 mixture of generated ProsQA problems at every depth of ``--hops`` (the ladder sizes of
 :func:`anchored_reasoning.generators.prosqa.ladder_size`: exactly h hops, the wrong option as deep
 as the right one, every surface rule <= 0.55), then evaluates it greedily through the evaluation
@@ -66,7 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--train-steps", type=int, default=1500)
     p.add_argument("--train-n", type=int, default=24000, help="generated training problems (equal shares per depth)")
     p.add_argument("--eval-n", type=int, default=100, help="held-out problems per depth")
-    p.add_argument("--backbone", default="logic-gpt2")
+    p.add_argument("--backbone", default="logic-gpt2-shift")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)

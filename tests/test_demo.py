@@ -60,7 +60,7 @@ def test_demo_runs_end_to_end_at_a_tiny_budget(tmp_path, monkeypatch, capsys):
 
 def test_method_recipe_fine_tunes_the_backbone_or_trains_from_scratch(tmp_path):
     on = demo.method_recipe("acot", demo.DemoSettings(), None, tmp_path / "a", 10.0)
-    assert on["model"] == {"name": "logic-gpt2"}
+    assert on["model"] == {"name": "logic-gpt2-shift"}
     off = demo.method_recipe("acot", demo.DemoSettings(backbone=None), tmp_path / "tok", tmp_path / "b", 10.0)
     assert off["model"] == {"preset": "gpt2-tiny", "tokenizer": str(tmp_path / "tok")}
     with pytest.raises(ValueError):
@@ -72,3 +72,13 @@ def test_parse_backbone_turns_none_words_into_from_scratch():
     assert demo.parse_backbone("runs/bb") == "runs/bb"
     for word in ("none", "None", "scratch", "", None):
         assert demo.parse_backbone(word) is None
+
+
+def test_methods_train_one_per_core_at_most_one_per_method(monkeypatch):
+    monkeypatch.setattr(demo.os, "cpu_count", lambda: 2)
+    assert demo.demo_workers(demo.DemoSettings(threads=1)) == 2
+    assert demo.demo_workers(demo.DemoSettings(threads=2)) == 1  # two threads already fill both cores
+    assert demo.demo_workers(demo.DemoSettings(methods=["cot"], threads=1)) == 1
+    assert demo.demo_workers(demo.DemoSettings(workers=3, threads=1)) == 3
+    monkeypatch.setattr(demo.os, "cpu_count", lambda: 16)
+    assert demo.demo_workers(demo.DemoSettings(threads=1)) == len(demo.DEMO_METHODS)

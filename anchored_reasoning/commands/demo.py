@@ -26,9 +26,11 @@ def register(subparsers) -> None:
     p.add_argument("--no-probe", action="store_true", help="skip the binding probe (the problems asked about the other entity)")
     p.add_argument("--real-n", type=int, default=0,
                    help="also evaluate on the first N real ProsQA test problems when $ANCHORED_REASONING_DATA is set (default 0)")
-    p.add_argument("--backbone", default="logic-gpt2",
+    p.add_argument("--backbone", default="logic-gpt2-shift",
                    help="model every method fine-tunes: alias, checkpoint folder or Hub id (default: the shipped "
-                        "logic-gpt2); 'none' trains a 2-layer GPT-2 from scratch instead")
+                        "logic-gpt2-shift, the logic backbone with a token shift); 'none' trains a 2-layer GPT-2 from scratch instead")
+    p.add_argument("--workers", type=int, default=None,
+                   help="methods trained at once, one process each (default: one per core, at most one per method)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a 0.9M model trains faster on one thread than on two)")
     p.set_defaults(func=main)
 
@@ -44,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
         hops=[int(h) for h in args.hops.split(",") if h.strip()],
         probe=not args.no_probe,
         threads=args.threads,
+        workers=args.workers,
         backbone=parse_backbone(args.backbone),
     )
     summary = run_demo(settings, Path(args.out))
