@@ -234,7 +234,8 @@ def train_bench(args: argparse.Namespace) -> dict[str, Any]:
     sft = Path(args.sft) if args.sft else tiny_sft(work)
     steps = [f"training.max_steps={args.steps}"] + (["training.max_train_seconds=null"] if args.smoke else [])
     start_eval = evaluate(sft, work / "eval-start", args)
-    result: dict[str, Any] = {"start": str(sft), "recipe": args.recipe, "steps": args.steps, "gamma": args.gamma,
+    result: dict[str, Any] = {"start": str(sft), "recipe": args.recipe, "overrides": list(args.set), "steps": args.steps,
+                              "gamma": args.gamma,
                               "eval_split": args.eval_split if args.eval_generator is None else "generated",
                               "eval_generator": args.eval_generator, "eval_limit": args.eval_limit,
                               "start_accuracy": accuracy(start_eval), "per_seed": {}}
@@ -243,7 +244,8 @@ def train_bench(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"start_accuracy": result["start_accuracy"]}
         evals = {}
         for variant, gamma in (("plain", 0.0), ("anchored", args.gamma)):
-            out = grpo_run(args.recipe, sft, work / f"{variant}-s{seed}", seed, steps + [f"training.gamma={gamma}"])
+            out = grpo_run(args.recipe, sft, work / f"{variant}-s{seed}", seed,
+                           steps + list(args.set) + [f"training.gamma={gamma}"])
             evals[variant] = evaluate(out, work / f"eval-{variant}-s{seed}", args)
             row[variant] = {"accuracy": accuracy(evals[variant]), "vs_start": compare(evals[variant], start_eval)}
             curves[f"{variant} seed {seed}"] = reward_curve(out)
@@ -279,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--diffusion-sft", help="a diffusion SFT checkpoint for the diffu-GRPO row (train mode)")
     p.add_argument("--diffusion-recipe", default="grpo_diffusion_prosqa_small")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="train: a recipe override for every AR GRPO run (repeatable), e.g. the training problems' size")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--gamma", type=float, default=1.0)
     p.add_argument("--eval-split", default="test")

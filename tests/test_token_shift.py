@@ -127,3 +127,21 @@ def unshifted_logits(model, ids):
     from transformers import GPT2Model
 
     return model.lm_head(GPT2Model.forward(model.transformer, input_ids=ids).last_hidden_state)
+
+
+def test_a_checkpoint_with_the_old_top_level_shift_names_loads_its_shift(tmp_path):
+    """Checkpoints saved before the shift moved into the backbone name it ``shift_proj.*``: loading one
+    must restore those projections (left at zero, the model would silently be plain GPT-2). transformers
+    maps a key without the backbone prefix onto ``transformer.``, so they load as they are."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    model = tiny_shift_gpt2()
+    model.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    save_file({k.removeprefix("transformer.") if ".shift_proj." in "." + k else k: v for k, v in state.items()},
+              str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    assert any(k.startswith("shift_proj.") for k in load_file(str(tmp_path / "model.safetensors")))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.randint(0, 50, (2, 7))
+    assert torch.allclose(loaded(ids).logits, model(ids).logits, atol=1e-6)
