@@ -27,8 +27,13 @@ def verdict(summary: dict[str, Any]) -> list[str]:
     if all("probe" in r for r in m.values()):
         flips = {n: r["probe"]["flip_rate"]["mean"] for n, r in m.items()}
         reads = [n for n, f in flips.items() if f >= 0.9]
+        depths = sorted(set.intersection(*(set(r["probe"].get("by_hops", {})) for r in m.values())), key=int)
+        per_depth = "".join(
+            f"; at {d} hop{'s' if int(d) > 1 else ''}: "
+            + ", ".join(f"{n} {r['probe']['by_hops'][d]['flip_rate']['mean']:.2f}" for n, r in m.items())
+            for d in (depths[:1] + depths[-1:] if len(depths) > 1 else depths))
         lines.append("Binding probe (asked about the other entity, the answer must flip): "
-                     + ", ".join(f"{n} {f:.2f}" for n, f in flips.items())
+                     + ", ".join(f"{n} {f:.2f}" for n, f in flips.items()) + per_depth
                      + (f"; {', '.join(reads)} read the asked entity." if reads else "; no method reads the asked entity reliably."))
     if "cot" in m and "nocot" in m:
         deepest = max(m["cot"]["generated"].get("by_hops", {"0": None}), key=int)

@@ -82,3 +82,18 @@ def test_methods_train_one_per_core_at_most_one_per_method(monkeypatch):
     assert demo.demo_workers(demo.DemoSettings(workers=3, threads=1)) == 3
     monkeypatch.setattr(demo.os, "cpu_count", lambda: 16)
     assert demo.demo_workers(demo.DemoSettings(threads=1)) == len(demo.DEMO_METHODS)
+
+
+def test_binding_line_gives_the_flips_at_the_shallowest_and_deepest_depth():
+    from anchored_reasoning.demo_report import verdict
+
+    def method(acc, flips):
+        return {"generated": {"accuracy": acc, "accuracy_ci95": [acc - 0.05, acc + 0.05],
+                              "by_hops": {h: {"accuracy": acc, "accuracy_ci95": [acc - 0.1, acc + 0.1]} for h in ("1", "2", "3")}},
+                "probe": {"flip_rate": {"mean": sum(flips) / 3},
+                          "by_hops": {h: {"flip_rate": {"mean": f}} for h, f in zip(("1", "2", "3"), flips)}}}
+
+    lines = verdict({"chance": 0.5, "methods": {"nocot": method(0.6, [0.85, 0.2, 0.12]), "cot": method(0.7, [0.95, 0.5, 0.3])}})
+    line = next(x for x in lines if x.startswith("Binding probe"))
+    assert "at 1 hop: nocot 0.85, cot 0.95" in line and "at 3 hops: nocot 0.12, cot 0.30" in line
+    assert "no method reads the asked entity reliably" in line
