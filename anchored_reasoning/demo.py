@@ -49,6 +49,8 @@ METHOD_OPTIONS: dict[str, dict[str, Any]] = {
     "stepwise": {"stages": 2},
 }
 CURRICULUM = {"acot", "pause", "stepwise"}
+#: What starting a spawned worker costs before it trains (a fresh interpreter importing torch and transformers).
+SPAWN_SECONDS = 3.0
 
 
 @dataclass
@@ -334,7 +336,8 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
     rounds = -(-len(settings.methods) // workers)  # methods each worker trains one after the other
     budget = settings.budget_minutes * 60.0
     eval_per_method = 5.0 + 0.06 * (len(held) + len(swapped)) + 0.25 * len(real)
-    train_seconds = max(2.0, (budget - setup_s) / max(rounds, 1) - eval_per_method - (3.0 if workers > 1 else 0.0))
+    spawn_s = SPAWN_SECONDS if workers > 1 else 0.0
+    train_seconds = max(2.0, (budget - setup_s) / max(rounds, 1) - eval_per_method - spawn_s)
     log.info("demo: %d train / %d held-out generated problems (%d swapped), %d real; %.0fs of training per method, "
              "%d at a time", len(train), len(held), len(swapped), len(real), train_seconds, workers)
 

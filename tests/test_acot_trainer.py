@@ -57,9 +57,9 @@ def fresh_model(tiny):
     return copy.deepcopy(tiny[2])
 
 
-def train(tiny, method, examples, tmp_path, **cfg):
+def train(tiny, method, examples, tmp_path, model=None, **cfg):
     _, tok, _ = tiny
-    model = fresh_model(tiny)
+    model = fresh_model(tiny) if model is None else model
     collator = AnchoredCollator(tok, method, task="prosqa")
     callbacks = cfg.pop("callbacks", None)
     settings = {"per_device_train_batch_size": 4, "learning_rate": 1e-3, "logging_steps": 1, "disable_tqdm": True}
@@ -371,12 +371,8 @@ def test_every_parameter_trains(tiny, tmp_path, arch):
         if arch == "shift-gpt2":
             model = ShiftGPT2LMHeadModel.from_gpt2(model, 3)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    args = AnchoredSFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, learning_rate=1e-3,
-                             max_steps=3, weight_decay=0.0, disable_tqdm=True, report_to=[])
-    trainer = AnchoredSFTTrainer(model=model, args=args, train_dataset=examples_dataset([prosqa_like(i) for i in range(12)]),
-                                 data_collator=AnchoredCollator(tok, get_method("acot", style="trained"), task="prosqa"),
-                                 processing_class=tok)
-    trainer.train()
+    trainer, _ = train(tiny, get_method("acot", style="trained"), [prosqa_like(i) for i in range(12)], tmp_path,
+                       model=model, max_steps=3, weight_decay=0.0, report_to=[])
     after = trainer.model.state_dict()
     frozen = [k for k, v in before.items() if torch.equal(v, after[k])]
     assert not frozen, f"weights the trainer never changed: {frozen}"
