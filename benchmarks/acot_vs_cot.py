@@ -39,6 +39,9 @@ sys.path.insert(0, str(ROOT))
 log = logging.getLogger("acot_vs_cot")
 
 METHODS = ["acot", "cot", "pause", "nocot", "stepwise"]
+#: Also runnable with --methods (not in the default set, which is the paper's table): the anchors decoded
+#: as a terse chain (methods.anchored.AnchorChain).
+EXTRA_METHODS = ["anchor_chain"]
 OPTIONS = {
     "prosqa": {
         "acot": {"k": 6, "remove_steps_per_stage": 1},
@@ -46,6 +49,7 @@ OPTIONS = {
         "stepwise": {"stages": 6, "remove_steps_per_stage": 1},
         "cot": {},
         "nocot": {},
+        "anchor_chain": {},
     },
     "prontoqa": {
         "acot": {"k": 6},
@@ -53,6 +57,7 @@ OPTIONS = {
         "stepwise": {"stages": 6, "remove_steps_per_stage": 1},
         "cot": {},
         "nocot": {},
+        "anchor_chain": {},
     },
 }
 # Longest gold CoT target (+ EOS) of each real test split in the logic-gpt2 tokenizer: 53 tokens (ProsQA,
@@ -63,7 +68,7 @@ MAX_NEW_TOKENS = {"prosqa": 56, "prontoqa": 112}
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", default=["prosqa", "prontoqa"])
-    p.add_argument("--methods", nargs="+", default=METHODS)
+    p.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS + EXTRA_METHODS)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--train-seconds", type=float, default=30.0, help="wall-clock training budget per run (equal for all)")
     p.add_argument("--train-steps", type=int, default=None,

@@ -20,6 +20,8 @@ hidden ablations):
     acot              [ANT] slots with the anchor loss + ACoT's curriculum (steps removed: the ProsQA schedule)
     acot_keep         ACoT without step removal (slots grow, the steps stay)
     stepwise          stepwise CoT removal (iCoT-style), no slots
+    anchor_chain      the anchors decoded as a terse chain ("Tom terpus lempus"), then the answer (not the
+                      paper's ACoT: its slots are never decoded; benchmarks/acot_slots.py says why it matters)
 
 Every run has the same number of optimizer steps (``--train-steps``, equal examples); the training
 loss curve of every run is kept in the JSON, so whether a run converged can be read off it.
@@ -54,6 +56,7 @@ METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "acot": ("acot", {"k": K, "remove_steps_per_stage": 1}, True),
     "acot_keep": ("acot", {"k": K}, True),
     "stepwise": ("stepwise", {"stages": K, "remove_steps_per_stage": 1}, True),
+    "anchor_chain": ("anchor_chain", {}, False),
 }
 MAX_NEW_TOKENS = 96  # the longest 4-hop CoT target is ~60 tokens in the backbone's tokenizer
 
@@ -210,19 +213,27 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def ladder_problems(hops: list[int], eval_n: int, train_n: int) -> tuple[list, list, dict[str, int]]:
+    """(training problems, held-out problems, hops by held-out id): the same problems for every run and
+    seed of the ladder (and for benchmarks/acot_slots.py, which reads the ladder's models)."""
+    from anchored_reasoning import demo
+    from anchored_reasoning.eval.probes import hops_of
+
+    settings = demo.DemoSettings(seed=0, train_n=train_n, eval_n=eval_n * len(hops), hops=hops)
+    train, held = demo.make_data(settings)
+    return train, held, {ex.id: hops_of(ex) for ex in held}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     import torch
 
-    from anchored_reasoning import demo
-    from anchored_reasoning.eval.probes import binding_probe_examples, hops_of
+    from anchored_reasoning.eval.probes import binding_probe_examples
 
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
-    settings = demo.DemoSettings(seed=0, train_n=args.train_n, eval_n=args.eval_n * len(args.hops), hops=args.hops)
-    train, held = demo.make_data(settings)  # the same problems for every run and seed
-    hops = {ex.id: hops_of(ex) for ex in held}
+    train, held, hops = ladder_problems(args.hops, args.eval_n, args.train_n)
     swapped = binding_probe_examples(held)
     runs: dict[str, list] = {}
     for label in args.methods:

@@ -18,6 +18,7 @@ from anchored_reasoning.methods.anchored import (
     PAUSE,
     SPECIAL_TOKENS,
     ACoT,
+    AnchorChain,
     Pause,
     Stepwise,
     TrainedCoT,
@@ -258,12 +259,28 @@ def test_answer_lines():
     assert answer_line(concept_only, "prosqa") == "### Tom is a lempus."
 
 
+def test_anchor_chain_decodes_the_anchors_then_answers():
+    method = get_method("anchor_chain", style="trained")
+    assert isinstance(method, AnchorChain) and isinstance(get_method("anchor_chain"), AnchorChain)
+    example = prosqa_example()
+    r = method.render(example, "prosqa")
+    assert r.prompt == example.question + "\n" + BOA and method.prompt(example, "prosqa").text == r.prompt
+    # every node of the path, entity first, down to the answer; no slot to label
+    assert r.target == "Tom terpus brimpus lempus" + EOA + "\n### Tom is a lempus." and r.anchors == []
+    assert get_method("anchor_chain", style="trained", max_anchors=2).render(example, "prosqa").target.startswith("Tom terpus" + EOA)
+    g = get_method("anchor_chain", style="trained").render(gsm8k_example(), "gsm8k")
+    assert g.target == "16 3 4 9 2 18" + EOA + "\n#### 18"
+    assert method.num_stages == 1
+    with pytest.raises(ConfigError, match="max_anchors"):
+        get_method("anchor_chain", style="trained", max_anchors=0)
+
+
 @pytest.mark.parametrize("task", sorted(EXAMPLES))
 def test_gold_targets_grade_correct(task):
     grader = get_task(task)
     examples = [EXAMPLES[task]()] + ([prontoqa_example("True")] if task == "prontoqa" else [])
     for example in examples:
-        for method in all_variants():
+        for method in [*all_variants(), get_method("anchor_chain", style="trained")]:
             target = method.render(example, task).target
             grade = grader.grade(target, example)
             assert grade.correct, (method.name, method.stage, target, grade)
@@ -276,7 +293,7 @@ def test_gold_targets_grade_correct_on_real_data(task):
     examples = t.load("test", data_dir=DATA)
     methods = [get_method(n, style="trained") for n in METHODS] + [
         get_method("acot", style="trained", k=6, remove_steps_per_stage=1).with_stage(s) for s in (0, 2)
-    ] + [get_method("acot", style="trained", k=2, step_format="calculations")]
+    ] + [get_method("acot", style="trained", k=2, step_format="calculations"), get_method("anchor_chain", style="trained")]
     for example in examples:
         for method in methods:
             r = method.render(example, task)

@@ -12,6 +12,8 @@ One render path serves training and evaluation: :meth:`TrainedMethod.render` giv
     pause     slots = "[PAUSE]" x (n * tokens_per_anchor)   (no anchor loss)
     acot      slots = "[BoA]" "[ANT]" x (n * tokens_per_anchor) "[EoA]"; Rendered.anchors = first n anchors
     stepwise  slots = none; stage s removes s leading steps (iCoT / Coconut)
+    anchor_chain  prompt ends with "[BoA]"; target = the anchors joined by " " "[EoA]" "\n" answer line
+              (the anchors decoded: a terse CoT, not the paper's latent ACoT)
 
 Curriculum (``stage`` / :meth:`with_stage`): at stage ``s`` pause/acot have ``n = min(s, k)``
 slots (stage 0 is plain CoT, no anchor block) and ``min(s * remove_steps_per_stage, #steps)``
@@ -343,11 +345,38 @@ class Stepwise(TrainedMethod):
         return self.stages
 
 
+@dataclass
+class AnchorChain(TrainedMethod):
+    """The anchors *decoded*, as a terse chain of thought: ``question "\n" [BoA]`` -> the anchors
+    joined by spaces, ``[EoA]``, the answer line (ProsQA: ``Tom terpus brimpus lempus[EoA]``).
+
+    Not the paper's ACoT, whose slots are never decoded: in a causal LM a slot's last-layer state
+    (the one trained to predict its anchor) is read by no later position, so a shallow model cannot
+    pass what its slots predict on to the answer (benchmarks/acot_slots.py measures this). Writing the
+    anchors out feeds each one back as an input, as CoT does, for a handful of tokens. ``max_anchors``
+    (None: every anchor of the trace, so the ProsQA chain reaches the answer) caps the chain."""
+
+    name: ClassVar[str] = "anchor_chain"
+    max_anchors: int | None = None
+
+    def __post_init__(self) -> None:
+        m = self.max_anchors
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+            raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
+        super().__post_init__()
+
+    def render(self, example: Example, task: Any = None) -> Rendered:
+        name = task_name_of(task, example)
+        prompt = (example.question or "").strip() + "\n" + BOA
+        chain = " ".join(extract_anchors(example, name, max_anchors=self.max_anchors))
+        return Rendered(prompt=prompt, target=chain + EOA + "\n" + answer_line(example, name), anchors=[])
+
+
 TRAINED_METHODS: dict[str, type[TrainedMethod]] = {
-    cls.name: cls for cls in (TrainedNoCoT, TrainedCoT, Pause, ACoT, Stepwise)
+    cls.name: cls for cls in (TrainedNoCoT, TrainedCoT, Pause, ACoT, Stepwise, AnchorChain)
 }
 
 for _name, _cls in TRAINED_METHODS.items():
     register_method(f"trained:{_name}", f"{__name__}:{_cls.__name__}")
-for _name in ("pause", "acot", "stepwise"):  # trained-only: the plain name works too
+for _name in ("pause", "acot", "stepwise", "anchor_chain"):  # trained-only: the plain name works too
     register_method(_name, f"{__name__}:{TRAINED_METHODS[_name].__name__}")
