@@ -18,8 +18,10 @@ generator seed and sizes as ``depth_ladder.py``), three readings of the slots:
    norm and the LM head): a later position reads block l's output only in block l + 1, so an anchor
    that appears only after the last block is read by nothing.
 4. **Does the answer read the slots at all**: forced-choice accuracy (the two answer sentences scored
-   by the model, teacher-forced) with the prompt intact and with every later position kept from
-   attending to the slots (a 4-D attention mask); if the two agree, the slots carry nothing the answer uses.
+   by the model, teacher-forced after the gold steps the method keeps) and greedy accuracy (the model's
+   own steps, for a method that keeps them), each with the prompt intact and with every later position
+   kept from attending to the slots (a 4-D attention mask); if the two agree, the slots carry nothing
+   the answer uses.
 
 Writes one JSON with all three per checkpoint and per depth.
 """
@@ -48,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--hops", type=int, nargs="+", default=[1, 2, 3, 4])
     p.add_argument("--eval-n", type=int, default=50, help="held-out problems per depth (the ladder's)")
     p.add_argument("--train-n", type=int, default=24000, help="the ladder's training problems (held-out problems exclude them)")
+    p.add_argument("--generate", type=int, default=96,
+                   help="greedy answers with the slots visible and hidden, at most this many new tokens (0: skip)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="benchmarks/results/acot_slots.json")
     return p.parse_args(argv)
@@ -92,10 +96,35 @@ def choice_scores(model, prompt_ids: list[int], cands: list[list[int]], hidden: 
     return scores
 
 
-def slot_readings(model, tok, method, examples, hops: dict[str, int]) -> dict[str, Any]:
-    """Per example: the slot predictions against the anchors, and forced-choice log-likelihoods with the
-    slots visible and hidden."""
+def greedy(model, prompt_ids: list[int], hidden: list[int], max_new_tokens: int, eos_id: int) -> list[int]:
+    """Greedy continuation of ``prompt_ids`` with the ``hidden`` positions masked from every later
+    position, generated tokens included (no KV cache: the mask is rebuilt each step)."""
     import torch
+
+    ids = list(prompt_ids)
+    for _ in range(max_new_tokens):
+        n = len(ids)
+        mask = torch.ones(n, n).tril()
+        if hidden:
+            mask[max(hidden) + 1 :, hidden] = 0
+        bias = torch.zeros(1, 1, n, n).masked_fill(mask == 0, torch.finfo(torch.float32).min)
+        with torch.no_grad():
+            nxt = int(model(input_ids=torch.tensor([ids]), attention_mask=bias).logits[0, -1].argmax())
+        if nxt == eos_id:
+            break
+        ids.append(nxt)
+    return ids[len(prompt_ids):]
+
+
+def slot_readings(model, tok, method, examples, hops: dict[str, int], generate: int = 0) -> list[dict[str, Any]]:
+    """Per example: the slot predictions against the anchors, forced-choice log-likelihoods with the
+    slots visible and hidden, and with ``generate`` > 0 the greedy answer (that many new tokens at
+    most) graded with the slots visible and hidden."""
+    import torch
+
+    from anchored_reasoning.tasks import get_task
+
+    grader = get_task("prosqa")
 
     from anchored_reasoning.methods.anchored import answer_line
     from anchored_reasoning.train.collate import AnchorLabels, special_token_id
@@ -116,7 +145,7 @@ def slot_readings(model, tok, method, examples, hops: dict[str, int]) -> dict[st
             target = r.target[: len(r.target) - len(right_line)] + line
             cands.append(list(tok(target, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id])
         roles = concept_roles(ex)
-        row: dict[str, Any] = {"id": ex.id, "hops": hops[ex.id], "slots": [], "choice": {}}
+        row: dict[str, Any] = {"id": ex.id, "hops": hops[ex.id], "slots": [], "choice": {}, "greedy": {}}
         with torch.no_grad():
             ids = torch.tensor([prompt_ids])
             res = model(input_ids=ids, output_hidden_states=True)
@@ -134,6 +163,10 @@ def slot_readings(model, tok, method, examples, hops: dict[str, int]) -> dict[st
                 right, wrong = choice_scores(model, prompt_ids, cands, slots if hide else [])
                 row["choice"]["hidden" if hide else "intact"] = right > wrong
                 row["choice"]["margin_hidden" if hide else "margin_intact"] = round(right - wrong, 4)
+                if generate:
+                    out_ids = greedy(model, prompt_ids, slots if hide else [], generate, tok.eos_token_id)
+                    text = tok.decode(out_ids, skip_special_tokens=True)
+                    row["greedy"]["hidden" if hide else "intact"] = bool(grader.grade(text, ex).correct)
         out.append(row)
     return out
 
@@ -165,6 +198,10 @@ def summarize(rows: list[dict[str, Any]], correct: dict[str, bool] | None) -> di
         choice = {c: round(sum(r["choice"][c] for r in rs) / len(rs), 3) for c in ("intact", "hidden")}
         changed = sum(r["choice"]["intact"] != r["choice"]["hidden"] for r in rs)
         summary[str(h)] = {"n": len(rs), "slots": slots, "forced_choice": {**choice, "changed": changed}}
+        if rs[0].get("greedy"):
+            summary[str(h)]["greedy_recomputed"] = {
+                c: round(sum(r["greedy"][c] for r in rs) / len(rs), 3) for c in ("intact", "hidden")}
+            summary[str(h)]["greedy_recomputed"]["changed"] = sum(r["greedy"]["intact"] != r["greedy"]["hidden"] for r in rs)
         if correct is not None:
             got = [correct[r["id"]] for r in rs if r["id"] in correct]
             summary[str(h)]["greedy_accuracy"] = round(sum(got) / len(got), 3) if got else None
@@ -197,11 +234,11 @@ def main(argv=None) -> int:
         model = AutoModelForCausalLM.from_pretrained(path).eval()
         records = Path(path).parent / "eval_generated" / "records.jsonl"
         correct = {r["id"]: bool(r["correct"]) for r in load_records(records)} if records.is_file() else None
-        rows = slot_readings(model, tok, method, held, hops)
+        rows = slot_readings(model, tok, method, held, hops, generate=args.generate)
         results[label] = {"checkpoint": path, "method": meta["method"], "method_options": meta.get("method_options"),
                           "by_hops": summarize(rows, correct), "_rows": rows}
         log.info("%s: %s", label, json.dumps({h: {"slots": [s["share"].get("right", 0.0) for s in v["slots"]],
-                                                   "forced": v["forced_choice"]} for h, v in results[label]["by_hops"].items()}))
+                                                   "forced": v["forced_choice"], "greedy": v.get("greedy_recomputed")} for h, v in results[label]["by_hops"].items()}))
     out = {"runs": results, "setup": {"hops": args.hops, "eval_n_per_depth": args.eval_n, "train_n": args.train_n},
            "machine": {**machine_info(), "note": f"{args.threads} thread(s)"}, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "command": "python benchmarks/acot_slots.py " + " ".join(sys.argv[1:]), "wall_seconds": round(time.monotonic() - t0, 1)}

@@ -41,6 +41,9 @@ def test_hidden_positions_cannot_reach_the_answer(backbone):
     assert acot_slots.choice_scores(model, other, cands, []) != pytest.approx(plain, abs=1e-3)
     assert acot_slots.choice_scores(model, other, cands, hidden) == pytest.approx(masked, abs=1e-4)
     assert masked != pytest.approx(plain, abs=1e-3)
+    # greedy decoding under the same mask: hidden content never changes what is generated
+    eos = tok.eos_token_id
+    assert acot_slots.greedy(model, other, hidden, 6, eos) == acot_slots.greedy(model, prompt, hidden, 6, eos)
 
 
 def test_slot_readings_and_summary_on_ladder_problems(backbone):
@@ -52,7 +55,7 @@ def test_slot_readings_and_summary_on_ladder_problems(backbone):
     examples = generate_dataset(2, seed=3, split="t", **ladder_size(1)) + generate_dataset(2, seed=3, split="u", **ladder_size(3))
     hops = {ex.id: hops_of(ex) for ex in examples}
     method = get_method("acot", style="trained", k=4, remove_steps_per_stage=1)
-    rows = acot_slots.slot_readings(model, tok, method, examples, hops)
+    rows = acot_slots.slot_readings(model, tok, method, examples, hops, generate=8)
     assert [r["hops"] for r in rows] == [1, 1, 3, 3]
     for r, ex in zip(rows, examples):
         assert len(r["slots"]) == 4
@@ -61,9 +64,11 @@ def test_slot_readings_and_summary_on_ladder_problems(backbone):
         assert all(s["kind"] in ("right", "path", "graph", "none") for s in r["slots"])
         assert all(len(s["lens"]) == model.config.n_layer for s in r["slots"])
         assert set(r["choice"]) == {"intact", "hidden", "margin_intact", "margin_hidden"}
+        assert set(r["greedy"]) == {"intact", "hidden"}
     summary = acot_slots.summarize(rows, {r["id"]: True for r in rows})
     assert set(summary) == {"1", "3"}
     one = summary["1"]
     assert [s["labelled"] for s in one["slots"]] == [2, 2, 0, 0]  # 1 hop: the entity and the answer
     assert [s["labelled"] for s in summary["3"]["slots"]] == [2, 2, 2, 2]
     assert one["greedy_accuracy"] == 1.0 and 0 <= one["forced_choice"]["changed"] <= 2
+    assert 0 <= one["greedy_recomputed"]["changed"] <= 2
