@@ -172,6 +172,13 @@ def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
     # does emitting the steps pay where one pass is not enough? paired, per depth
     extra = {"cot_minus_nocot": {h: paired(results["cot"], results["nocot"], hops, h) for h in depths}} \
         if {"cot", "nocot"} <= set(results) else {}
+    # the anchors decoded (anchor_chain) against the full chain and against one pass, with the token ratio
+    for base in ("cot", "nocot"):
+        if {"anchor_chain", base} <= set(results):
+            extra[f"anchor_chain_minus_{base}"] = {
+                h: {**paired(results["anchor_chain"], results[base], hops, h),
+                    "token_ratio": results["anchor_chain"]["by_hops"][h]["tokens"] / results[base]["by_hops"][h]["tokens"]}
+                for h in depths}
     if not learned or not {"acot", "cot", "pause"} <= set(results):
         return {"deepest_learned": learned[-1] if learned else None, "checked": False, **extra}
     h = learned[-1]

@@ -88,3 +88,21 @@ def test_chain_check_tells_a_made_up_step_from_a_wrong_branch():
     recs = [{"id": ex.id, "sample": 0, "completion": "Every x is a y.[EoR]", "correct": False}]
     s = chain_summary(recs, held, {ex.id: 3})
     assert s["lookup"] == 1.0 and s["wrong_by_kind"]["lookup"] == 1 and s["by_hops"]["3"]["n"] == 1
+
+
+def test_chain_check_reads_a_bare_anchor_chain():
+    from anchored_reasoning.eval.probes import chain_check, derivation_steps
+    from anchored_reasoning.methods import get_method
+
+    method = get_method("anchor_chain", style="trained")
+    held = generate_dataset(20, seed=5, **ladder_size(3))
+    for ex in held:
+        gold = method.render(ex, "prosqa").target  # "Tom a b c[EoA]\n### Tom is a c."
+        assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok"}
+        # as the evaluation records it: the special tokens skipped in decoding
+        assert chain_check(ex, gold.replace("[EoA]", ""))["kind"] == "ok"
+        nodes = gold.split("[EoA]")[0].split()
+        assert chain_check(ex, " ".join(nodes[:-1] + ["zzzpus"]))["kind"] == "lookup"
+    # sentences still win, and a stray sentence fragment is not read as a chain
+    assert derivation_steps("Tom is a wumpus.\n### Tom is a wumpus.") == [("Tom", "wumpus")]
+    assert derivation_steps("is a chorpus chorpus. ### Tom is a sterpus.") == []
