@@ -271,6 +271,17 @@ def test_anchor_chain_decodes_the_anchors_then_answers():
     g = get_method("anchor_chain", style="trained").render(gsm8k_example(), "gsm8k")
     assert g.target == "16 3 4 9 2 18" + EOA + "\n#### 18"
     assert method.num_stages == 1
+    # ProntoQA: the conclusion's polarity stays on the last anchor (the answer turns on it)
+    pronto = prontoqa_example()  # "... Every gorpus is floral." -> "Stella is floral."
+    assert method.render(pronto, "prontoqa").target == "Stella zumpus gorpus floral" + EOA + "\n### False"
+    negated = Example(id="n", question=pronto.question, answer="True",
+                      steps=["Stella is a zumpus. Zumpuses are gorpuses.", "Stella is a gorpus. Every gorpus is not floral.",
+                             "Stella is not floral."])
+    assert method.render(negated, "prontoqa").target.startswith("Stella zumpus gorpus not floral" + EOA)
+    assert get_method("anchor_chain", style="trained", negation=False).render(negated, "prontoqa").target.startswith(
+        "Stella zumpus gorpus floral" + EOA)
+    with pytest.raises(ConfigError, match="negation"):
+        get_method("anchor_chain", style="trained", negation="yes")
     with pytest.raises(ConfigError, match="max_anchors"):
         get_method("anchor_chain", style="trained", max_anchors=0)
 

@@ -358,17 +358,26 @@ class AnchorChain(TrainedMethod):
 
     name: ClassVar[str] = "anchor_chain"
     max_anchors: int | None = None
+    #: ProntoQA's answer turns on the polarity of the last step ("Stella is not floral."), which the
+    #: anchors drop; with ``negation`` the chain's last anchor keeps its "not" (``... lorpus not floral``).
+    negation: bool = True
 
     def __post_init__(self) -> None:
         m = self.max_anchors
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
             raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
+        if not isinstance(self.negation, bool):
+            raise ConfigError(f"method anchor_chain: option negation must be true or false, got {self.negation!r}")
         super().__post_init__()
 
     def render(self, example: Example, task: Any = None) -> Rendered:
         name = task_name_of(task, example)
         prompt = (example.question or "").strip() + "\n" + BOA
-        chain = " ".join(extract_anchors(example, name, max_anchors=self.max_anchors))
+        anchors = extract_anchors(example, name, max_anchors=self.max_anchors)
+        steps = self.steps_of(example)
+        if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
+            anchors[-1] = "not " + anchors[-1]
+        chain = " ".join(anchors)
         return Rendered(prompt=prompt, target=chain + EOA + "\n" + answer_line(example, name), anchors=[])
 
 
