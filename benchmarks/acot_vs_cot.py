@@ -42,6 +42,8 @@ METHODS = ["acot", "cot", "pause", "nocot", "stepwise"]
 #: Also runnable with --methods (not in the default set, which is the paper's table): the anchors decoded
 #: as a terse chain (methods.anchored.AnchorChain).
 EXTRA_METHODS = ["anchor_chain"]
+#: Method pairs compared per problem in ``goals`` when both ran.
+PAIRS = [("cot", "nocot"), ("acot", "cot"), ("acot", "pause"), ("anchor_chain", "cot"), ("anchor_chain", "nocot")]
 OPTIONS = {
     "prosqa": {
         "acot": {"k": 6, "remove_steps_per_stage": 1},
@@ -158,6 +160,7 @@ def aggregate(per_seed: list[dict[str, Any]], budget: dict[str, Any]) -> dict[st
         "seeds": [r["seed"] for r in per_seed],
         "per_seed": [{k: v for k, v in r.items() if not k.startswith("_")} for r in per_seed],
         "n_test": len(ids),
+        "per_problem": dict(zip(ids, per_problem)),  # seed-averaged correctness, for the paired tests in goals
         **answered(per_seed, len(ids)),
         "budget": budget,
     }
@@ -245,6 +248,15 @@ def goals(results: dict[str, Any], st: dict[str, Any] | None) -> dict[str, Any]:
         out["prosqa_acot_gt_pause"] = a["accuracy"] > z["accuracy"]
     if st:
         out["step_time_le_1.10"] = st["acot_over_sft"] <= 1.10
+    from anchored_reasoning.eval.metrics import paired_bootstrap_diff
+
+    for task in ("prosqa", "prontoqa"):  # paired bootstrap over test problems, a - b
+        r = results.get(task, {})
+        for a, b in PAIRS:
+            pa, pb = (r.get(m, {}).get("per_problem") if isinstance(r.get(m), dict) else None for m in (a, b))
+            if pa and pb:
+                ids = sorted(set(pa) & set(pb))
+                out[f"{task}_{a}_minus_{b}"] = {"n": len(ids), **paired_bootstrap_diff([pa[i] for i in ids], [pb[i] for i in ids])}
     return out
 
 
