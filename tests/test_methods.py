@@ -273,7 +273,9 @@ def test_anchor_chain_decodes_the_anchors_then_answers():
     assert method.num_stages == 1
     # ProntoQA: the conclusion's polarity stays on the last anchor (the answer turns on it)
     pronto = prontoqa_example()  # "... Every gorpus is floral." -> "Stella is floral."
-    assert method.render(pronto, "prontoqa").target == "Stella zumpus gorpus floral" + EOA + "\n### False"
+    assert method.render(pronto, "prontoqa").target == "Stella zumpus gorpus floral" + EOA + "\nStella is floral.\n### False"
+    bare = get_method("anchor_chain", style="trained", conclusion=False)
+    assert bare.render(pronto, "prontoqa").target == "Stella zumpus gorpus floral" + EOA + "\n### False"
     negated = Example(id="n", question=pronto.question, answer="True",
                       steps=["Stella is a zumpus. Zumpuses are gorpuses.", "Stella is a gorpus. Every gorpus is not floral.",
                              "Stella is not floral."])
@@ -282,6 +284,8 @@ def test_anchor_chain_decodes_the_anchors_then_answers():
         "Stella zumpus gorpus floral" + EOA)
     with pytest.raises(ConfigError, match="negation"):
         get_method("anchor_chain", style="trained", negation="yes")
+    with pytest.raises(ConfigError, match="conclusion"):
+        get_method("anchor_chain", style="trained", conclusion=1)
     with pytest.raises(ConfigError, match="max_anchors"):
         get_method("anchor_chain", style="trained", max_anchors=0)
 

@@ -361,13 +361,18 @@ class AnchorChain(TrainedMethod):
     #: ProntoQA's answer turns on the polarity of the last step ("Stella is not floral."), which the
     #: anchors drop; with ``negation`` the chain's last anchor keeps its "not" (``... lorpus not floral``).
     negation: bool = True
+    #: Where the answer line is not itself the conclusion (ProntoQA's ``### True``), write the trace's
+    #: last step before it (``Stella is not floral.``), as CoT ends: with the chain alone the True/False
+    #: read-out was not learnt (every answer "False") although 88% of the chains were exactly right.
+    conclusion: bool = True
 
     def __post_init__(self) -> None:
         m = self.max_anchors
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
             raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
-        if not isinstance(self.negation, bool):
-            raise ConfigError(f"method anchor_chain: option negation must be true or false, got {self.negation!r}")
+        for key in ("negation", "conclusion"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"method anchor_chain: option {key} must be true or false, got {getattr(self, key)!r}")
         super().__post_init__()
 
     def render(self, example: Example, task: Any = None) -> Rendered:
@@ -377,8 +382,10 @@ class AnchorChain(TrainedMethod):
         steps = self.steps_of(example)
         if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
             anchors[-1] = "not " + anchors[-1]
-        chain = " ".join(anchors)
-        return Rendered(prompt=prompt, target=chain + EOA + "\n" + answer_line(example, name), anchors=[])
+        chain = " ".join(anchors) + EOA + "\n"
+        if self.conclusion and name == "prontoqa" and steps:
+            chain += steps[-1] + "\n"
+        return Rendered(prompt=prompt, target=chain + answer_line(example, name), anchors=[])
 
 
 TRAINED_METHODS: dict[str, type[TrainedMethod]] = {
