@@ -4,7 +4,7 @@
         --run acot_keep=/work/runs/ladder_shift_long/acot_keep/seed0/model --out benchmarks/results/acot_slots.json
 
 For every checkpoint (an ACoT model of the depth ladder) and the ladder's held-out problems (the same
-generator seed and sizes as ``depth_ladder.py``), three readings of the slots:
+generator seed and sizes as ``depth_ladder.py``), four readings of the slots:
 
 1. **What each slot predicts** (the LM head at slot i, argmax, as in training): the i-th anchor (right),
    another node of the right path (right node, wrong place), a concept on no path to the right answer
@@ -23,12 +23,11 @@ generator seed and sizes as ``depth_ladder.py``), three readings of the slots:
    kept from attending to the slots (a 4-D attention mask); if the two agree, the slots carry nothing
    the answer uses.
 
-Writes one JSON with all three per checkpoint and per depth.
+Writes one JSON with all four per checkpoint and per depth.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -73,6 +72,17 @@ def wrong_option(example) -> str:
     return example.meta["idx_to_symbol"][example.meta["neg_target"]]
 
 
+def hiding_mask(n: int, hidden: list[int]):
+    """A causal 4-D additive attention mask over ``n`` positions in which every position after the last
+    of ``hidden`` cannot attend to the ``hidden`` positions (which themselves attend as usual)."""
+    import torch
+
+    mask = torch.ones(n, n).tril()
+    if hidden:
+        mask[max(hidden) + 1 :, hidden] = 0
+    return torch.zeros(1, 1, n, n).masked_fill(mask == 0, torch.finfo(torch.float32).min)
+
+
 def choice_scores(model, prompt_ids: list[int], cands: list[list[int]], hidden: list[int]) -> list[float]:
     """Teacher-forced log-likelihood of each candidate continuation of ``prompt_ids``, with every
     position after the last of ``hidden`` kept from attending to the ``hidden`` positions (a 4-D
@@ -84,13 +94,8 @@ def choice_scores(model, prompt_ids: list[int], cands: list[list[int]], hidden: 
     scores = []
     for cand in cands:
         seq = torch.tensor([list(prompt_ids) + list(cand)])
-        n = seq.shape[1]
-        mask = torch.ones(n, n).tril()
-        if hidden:
-            mask[max(hidden) + 1 :, hidden] = 0
-        bias = torch.zeros(1, 1, n, n).masked_fill(mask == 0, torch.finfo(torch.float32).min)
         with torch.no_grad():
-            lg = model(input_ids=seq, attention_mask=bias).logits[0].log_softmax(-1)
+            lg = model(input_ids=seq, attention_mask=hiding_mask(seq.shape[1], hidden)).logits[0].log_softmax(-1)
         start = len(prompt_ids)
         scores.append(sum(float(lg[start - 1 + j, t]) for j, t in enumerate(cand)))
     return scores
@@ -103,13 +108,8 @@ def greedy(model, prompt_ids: list[int], hidden: list[int], max_new_tokens: int,
 
     ids = list(prompt_ids)
     for _ in range(max_new_tokens):
-        n = len(ids)
-        mask = torch.ones(n, n).tril()
-        if hidden:
-            mask[max(hidden) + 1 :, hidden] = 0
-        bias = torch.zeros(1, 1, n, n).masked_fill(mask == 0, torch.finfo(torch.float32).min)
         with torch.no_grad():
-            nxt = int(model(input_ids=torch.tensor([ids]), attention_mask=bias).logits[0, -1].argmax())
+            nxt = int(model(input_ids=torch.tensor([ids]), attention_mask=hiding_mask(len(ids), hidden)).logits[0, -1].argmax())
         if nxt == eos_id:
             break
         ids.append(nxt)
@@ -122,13 +122,11 @@ def slot_readings(model, tok, method, examples, hops: dict[str, int], generate: 
     most) graded with the slots visible and hidden."""
     import torch
 
-    from anchored_reasoning.tasks import get_task
-
-    grader = get_task("prosqa")
-
     from anchored_reasoning.methods.anchored import answer_line
+    from anchored_reasoning.tasks import get_task
     from anchored_reasoning.train.collate import AnchorLabels, special_token_id
 
+    grader = get_task("prosqa")
     ant = special_token_id(tok, "[ANT]")
     head = model.get_output_embeddings()
     norm = model.transformer.ln_f  # GPT-2 family (the ladder's backbones)
@@ -153,9 +151,10 @@ def slot_readings(model, tok, method, examples, hops: dict[str, int], generate: 
             # logit lens: each block's output at the slots through the final norm and the LM head
             lens = [head(norm(h[0])).argmax(-1) for h in res.hidden_states[1:-1]] + [logits.argmax(-1)]
             for i, pos in enumerate(slots):
-                pred = tok.decode([int(logits[pos].argmax())]).strip()
+                top = int(lens[-1][pos])  # the head's own prediction, as trained
+                pred = tok.decode([top]).strip()
                 want = labeler(r.anchors[i])[0] if i < len(r.anchors) else None
-                kind = ("right" if want is not None and int(logits[pos].argmax()) == want else
+                kind = ("right" if want is not None and top == want else
                         "path" if roles.get(pred) == "path" else "graph" if pred in roles else "none")
                 row["slots"].append({"pred": pred, "anchor": r.anchors[i] if i < len(r.anchors) else None, "kind": kind,
                                      "lens": [want is not None and int(layer[pos]) == want for layer in lens]})

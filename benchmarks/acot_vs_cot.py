@@ -253,7 +253,7 @@ def goals(results: dict[str, Any], st: dict[str, Any] | None) -> dict[str, Any]:
     for task in ("prosqa", "prontoqa"):  # paired bootstrap over test problems, a - b
         r = results.get(task, {})
         for a, b in PAIRS:
-            pa, pb = (r.get(m, {}).get("per_problem") if isinstance(r.get(m), dict) else None for m in (a, b))
+            pa, pb = (r[m].get("per_problem") if isinstance(r.get(m), dict) else None for m in (a, b))
             if pa and pb:
                 ids = sorted(set(pa) & set(pb))
                 out[f"{task}_{a}_minus_{b}"] = {"n": len(ids), **paired_bootstrap_diff([pa[i] for i in ids], [pb[i] for i in ids])}
