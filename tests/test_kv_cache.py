@@ -15,20 +15,31 @@ V, MASK, EOS = 40, 3, 2
 _MODELS: dict = {}
 
 
+def _build(arch: str, **extra):
+    torch.manual_seed(1)
+    common = dict(vocab_size=V, mask_token_id=MASK, max_position_embeddings=64, hidden_size=32,
+                  intermediate_size=64, num_attention_heads=2, **extra)
+    if arch == "mdlm":
+        return MDLM(MDLMConfig.from_preset("tiny", **common))
+    if arch == "adlm":
+        return ADLM(ADLMConfig.from_preset("tiny", **common))
+    model = TADM(TADMConfig.from_preset("tiny", **common, shared_layers=1, num_hidden_layers=2, denoiser_layers=1))
+    with torch.no_grad():  # a fusion that is not the identity, so S and Phi matter
+        model.fusion.delta_out.weight.normal_(0, 0.2)
+        model.fusion.gate.bias.fill_(0.0)
+    return model
+
+
 def tiny(arch: str):
+    """``mdlm``/``adlm``/``tadm``, or with ``-shift`` the same with a (non-zero) 2-token shift, which
+    the cache must feed whole rows."""
     if arch not in _MODELS:
-        torch.manual_seed(1)
-        common = dict(vocab_size=V, mask_token_id=MASK, max_position_embeddings=64, hidden_size=32,
-                      intermediate_size=64, num_attention_heads=2)
-        if arch == "mdlm":
-            model = MDLM(MDLMConfig.from_preset("tiny", **common))
-        elif arch == "adlm":
-            model = ADLM(ADLMConfig.from_preset("tiny", **common))
-        else:
-            model = TADM(TADMConfig.from_preset("tiny", **common, shared_layers=1, num_hidden_layers=2, denoiser_layers=1))
-            with torch.no_grad():  # a fusion that is not the identity, so S and Phi matter
-                model.fusion.delta_out.weight.normal_(0, 0.2)
-                model.fusion.gate.bias.fill_(0.0)
+        shifted = arch.endswith("-shift")
+        model = _build(arch.removesuffix("-shift"), **({"token_shift": 2} if shifted else {}))
+        if shifted:
+            with torch.no_grad():
+                for lin in model.shift_proj:
+                    lin.weight.normal_(0, 0.3)
         _MODELS[arch] = model.eval()
     return _MODELS[arch]
 
@@ -59,7 +70,7 @@ def test_cache_off_is_bit_identical_to_the_plain_model_fn(arch, remasking):
 
 
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHS + [a + "-shift" for a in ARCHS])
 def test_cached_calls_compute_what_the_model_computes(arch, mode):
     """A block's full pass equals the model; a cached call on unchanged tokens equals the full pass
     (so the cache math is exact and only staleness differs); padded rows included."""

@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from .blocks import Encoder, subs_log_probs
+from .blocks import Encoder, shift_logits_right, subs_log_probs
 from .mdlm import DiffusionConfigMixin, DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
 
 
@@ -51,12 +51,14 @@ class ADLM(DiffusionPreTrainedModel):
                                 c.dropout, c.rope_theta, c.layer_norm_eps)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size)
         self.post_init()
+        self._init_token_shift()
 
     def anchor_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The anchor network: (B, L) noisy tokens -> (B, L, V) raw anchor logits (no SUBS)."""
         self._check_inputs(input_ids)
-        return self.anchor_head(self.anchor(self.embed_tokens(input_ids), attention_mask, position_ids))
+        logits = self.anchor_head(self.anchor(self.embed(input_ids, attention_mask), attention_mask, position_ids))
+        return shift_logits_right(logits) if self.config.shift_logits else logits
 
     def denoise(self, anchor_logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -123,6 +123,13 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
+def shift_logits_right(logits: torch.Tensor) -> torch.Tensor:
+    """Position ``t`` takes the logits computed at ``t - 1`` (position 0 keeps its own): the output
+    alignment of an AR model, which DiffuGPT and Dream keep when they turn one into a diffusion model,
+    so that the copied weights predict a masked token where they predicted the next token."""
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+
 def subs_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, mask_token_id: int) -> torch.Tensor:
     """SUBS parameterisation (MDLM): returns float32 log-probabilities of shape (B, L, V) where
 

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .blocks import Encoder, check_length, subs_log_probs
+from .blocks import Encoder, check_length, shift_logits_right, subs_log_probs
 
 #: Named sizes. "tiny" is for tests (runs in milliseconds on CPU); "paper" is MDLM/ADLM's DiT size
 #: (12 blocks, width 768, 12 heads; ADLM's denoiser has half the depth).
@@ -69,6 +69,11 @@ class MDLMConfig(DiffusionConfigMixin, PreTrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     tie_word_embeddings: bool = False
+    #: previous tokens whose embeddings each input embedding adds (0 = none; see :meth:`embed`)
+    token_shift: int = 0
+    #: the AR-initialised head predicts position t from position t-1's state (DiffuGPT/Dream's shift;
+    #: MDLM: the LM head, ADLM: the anchor head; see ``blocks.shift_logits_right``)
+    shift_logits: bool = False
 
 
 @dataclass
@@ -91,6 +96,32 @@ class DiffusionPreTrainedModel(PreTrainedModel):
     @property
     def mask_token_id(self) -> int:
         return int(self.config.mask_token_id)
+
+    def _init_token_shift(self) -> None:
+        """Build the token shift's projections (``config.token_shift`` of them, zero: the model starts
+        as it would without). Call after ``post_init`` so the zeros are not re-initialised; weights
+        loaded by ``from_pretrained`` replace them."""
+        n = int(getattr(self.config, "token_shift", 0) or 0)
+        if n < 0:
+            raise ValueError(f"token_shift={n} must be >= 0")
+        d = self.config.hidden_size
+        self.shift_proj = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(n)) if n else None
+        for lin in self.shift_proj or ():
+            nn.init.zeros_(lin.weight)
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings, plus, with ``config.token_shift = n``, learned projections of the ``n``
+        previous positions' embeddings (``anchored_reasoning.models.shift``: the lookup "Bob is a
+        wumpus." needs the subject at the object, three tokens on; a small model learns that in a few
+        hundred steps with the shift and not in thousands without). Padding contributes nothing. A
+        masked position carries the mask's embedding forward like any token."""
+        e = self.embed_tokens(input_ids)
+        if getattr(self, "shift_proj", None) is None:
+            return e
+        from .shift import shift_sum
+
+        src = e if attention_mask is None else e * attention_mask.unsqueeze(-1).to(e.dtype)
+        return shift_sum(e, src, self.shift_proj)
 
     def _check_inputs(self, input_ids: torch.Tensor) -> None:
         if input_ids.dim() != 2:
@@ -121,6 +152,7 @@ class MDLM(DiffusionPreTrainedModel):
                                config.intermediate_size, config.dropout, config.rope_theta, config.layer_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
         self.post_init()
+        self._init_token_shift()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, return_dict: bool | None = None) -> DiffusionLMOutput:
@@ -128,6 +160,9 @@ class MDLM(DiffusionPreTrainedModel):
         ``attention_mask``: optional (B, L) 1/0 padding mask (padding is never attended to).
         Raises :class:`~anchored_reasoning.models.blocks.SequenceLengthError` when L > max_position_embeddings."""
         self._check_inputs(input_ids)
-        h = self.encoder(self.embed_tokens(input_ids), attention_mask, position_ids)
-        out = DiffusionLMOutput(logits=subs_log_probs(self.lm_head(h), input_ids, self.mask_token_id))
+        h = self.encoder(self.embed(input_ids, attention_mask), attention_mask, position_ids)
+        raw = self.lm_head(h)
+        if self.config.shift_logits:
+            raw = shift_logits_right(raw)
+        out = DiffusionLMOutput(logits=subs_log_probs(raw, input_ids, self.mask_token_id))
         return out if return_dict is not False else out.to_tuple()

@@ -44,7 +44,7 @@ from transformers import initialization as init
 
 from ..errors import ConfigError
 from .adlm import ADLMConfig
-from .blocks import Block, Encoder, subs_log_probs
+from .blocks import Block, Encoder, shift_logits_right, subs_log_probs
 from .mdlm import DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
 
 logger = logging.getLogger(__name__)
@@ -179,6 +179,7 @@ class TADM(DiffusionPreTrainedModel):
         self.denoiser = _encoder(c, c.num_denoiser_layers, final_norm=True)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size)
         self.post_init()
+        self._init_token_shift()
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -198,7 +199,7 @@ class TADM(DiffusionPreTrainedModel):
                        position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """S: (B, L) tokens -> (B, L, d) features c (the embedding alone when ``shared_layers == 0``)."""
         self._check_inputs(input_ids)
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids, attention_mask)
         return self.shared(x, attention_mask, position_ids) if len(self.shared.layers) else x
 
     def anchor_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -209,6 +210,8 @@ class TADM(DiffusionPreTrainedModel):
         logits = None
         if self.config.anchor_bottleneck == "logits":
             logits = self.anchor_head(a)
+            if self.config.shift_logits:  # an ADLM's shifted anchor head
+                logits = shift_logits_right(logits)
             a = self.anchor_proj(logits)
         return TADMAnchor(hidden=a, logits=logits, shared=c, input_ids=input_ids.detach().clone())
 
@@ -224,7 +227,10 @@ class TADM(DiffusionPreTrainedModel):
             c = anchor.shared if same else self.shared_forward(input_ids, attention_mask, position_ids)
             h = self.fusion(c, h)
         out = self.denoiser(h.to(self.lm_head.weight.dtype), attention_mask, position_ids)
-        return subs_log_probs(self.lm_head(out), input_ids, self.mask_token_id)
+        raw = self.lm_head(out)
+        if self.config.shift_logits and self.config.anchor_bottleneck == "hidden":  # an MDLM's shifted LM head
+            raw = shift_logits_right(raw)
+        return subs_log_probs(raw, input_ids, self.mask_token_id)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, return_dict: bool | None = None, *,
@@ -267,7 +273,7 @@ class TADM(DiffusionPreTrainedModel):
         common = {k: getattr(bc, k) for k in (
             "vocab_size", "hidden_size", "num_attention_heads", "intermediate_size", "max_position_embeddings", "dropout",
             "rope_theta", "layer_norm_eps", "initializer_range", "mask_token_id", "pad_token_id", "bos_token_id",
-            "eos_token_id")}
+            "eos_token_id", "token_shift", "shift_logits")}
         if isinstance(bc, ADLMConfig):
             n_anchor = bc.num_hidden_layers
             if not 0 <= shared_layers < n_anchor:

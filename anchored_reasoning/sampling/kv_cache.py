@@ -100,6 +100,9 @@ class KVCacheModelFn:
         if refresh_every < 1:
             raise ConfigError(f"refresh_every={refresh_every} must be >= 1")
         self.arch = _arch(model)
+        if getattr(model.config, "shift_logits", False):
+            raise ConfigError("kv_cache: this model predicts each position from the one before (shift_logits), which a "
+                              "cached call on a block cannot see; sample it with kv_cache='none'")
         if refresh_every > 1 and self.arch == "mdlm":
             raise ConfigError("anchor_refresh_every > 1 needs a two-stage model (ADLM, TADM); this is an MDLM")
         self.model, self.mode, self.refresh_every, self.attention_mask = model, mode, refresh_every, attention_mask
@@ -141,8 +144,7 @@ class KVCacheModelFn:
         start, end = self._block
         self.span = (start, length if self.mode == "prefix" else end)
         a, e = (0, length) if self._fresh else self.span
-        zz = z[:, a:e]
-        x = m.embed_tokens(zz)
+        x = m.embed(z, am)[:, a:e]  # whole rows: a token shift reads the tokens before the span
         if self.arch == "mdlm":
             h = self._enc("encoder", m.encoder, x, positions, keep)
         else:
@@ -167,7 +169,7 @@ class KVCacheModelFn:
         self._fresh = False
         self.calls += 1
         self.logits_offset = a
-        return subs_log_probs(m.lm_head(h), zz, int(m.config.mask_token_id))
+        return subs_log_probs(m.lm_head(h), z[:, a:e], int(m.config.mask_token_id))
 
 
 __all__ = ["KVCacheModelFn", "KV_CACHE_MODES"]
