@@ -81,6 +81,15 @@ def test_tiny_pretraining_run_saves_a_loadable_backbone(tmp_path):
     assert not (out / "_trainer").exists()
 
 
+def test_the_time_budget_stops_pretraining(tmp_path):
+    """``minutes`` ends the run (it was passed to the trainer config, which has no limit of its own, and
+    ignored: a 22-minute run went on towards its step cap)."""
+    s = db.pretrain(tmp_path / "m", arch="mdlm", max_steps=500, minutes=1e-6, n_docs=64, eval_docs=8, batch_size=4, warmup=1,
+                    threads=1, check_n=0, config={"hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64,
+                                                  "num_attention_heads": 2})
+    assert 1 <= s["steps"] <= 2
+
+
 @pytest.mark.parametrize("alias,cls", [("logic-mdlm", models.MDLM), ("logic-adlm", models.ADLM)])
 def test_shipped_logic_diffusion_backbones(alias, cls):
     folder = zoo.LOGIC_DIFFUSION_DIRS[alias]

@@ -91,6 +91,13 @@ def copy_ar_weights(model, ar) -> int:
             put(blk.mlp_in.weight, g.mlp.c_fc.weight.T), put(blk.mlp_in.bias, g.mlp.c_fc.bias)
             put(blk.mlp_out.weight, g.mlp.c_proj.weight.T), put(blk.mlp_out.bias, g.mlp.c_proj.bias)
         put(enc.norm.weight, gpt.ln_f.weight), put(enc.norm.bias, gpt.ln_f.bias)
+        ar_shift = getattr(gpt, "shift_proj", None)  # a shift-gpt2 (logic-gpt2-shift): the shift carries over
+        if ar_shift is not None and getattr(model, "shift_proj", None) is not None:
+            if len(ar_shift) != len(model.shift_proj):
+                raise ValueError(f"AR init: the AR model shifts {len(ar_shift)} tokens, the diffusion model "
+                                 f"{len(model.shift_proj)}; build it with token_shift={len(ar_shift)}")
+            for dst, src in zip(model.shift_proj, ar_shift):
+                put(dst.weight, src.weight)
     return n
 
 
@@ -177,19 +184,32 @@ def derivation_check(model, tokenizer, n: int = 64, seed: int = 777, gen_length:
 def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps: int = 3000, minutes: float | None = None,
              n_docs: int = 60_000, seed: int = 0, batch_size: int = 32, lr: float = 1e-3, warmup: int = 100,
              threads: int | None = None, config: dict[str, Any] | None = None, eval_docs: int = 256,
-             check_n: int = 64) -> dict[str, Any]:
-    """Pretrain one logic diffusion backbone and save it to ``out``; returns ``backbone.json``'s content."""
+             check_n: int = 64, init_from: str | Path | None = None, corpus: str = "facts",
+             shift_logits: bool = False) -> dict[str, Any]:
+    """Pretrain one logic diffusion backbone and save it to ``out``; returns ``backbone.json``'s content.
+
+    ``init_from``: the AR model ``init="ar"`` starts from (default ``logic-gpt2``; ``logic-gpt2-shift``
+    gives a diffusion model with its token shift, copied). ``corpus``: ``"facts"`` (logic-gpt2's
+    question-free documents) or ``"questions"`` (whole problems, the question in the prompt and the
+    derivation and ``### answer`` the response: logic-gpt2-shift's corpus). ``shift_logits``: the
+    AR-initialised head predicts position t from t-1's state, as the AR model did (DiffuGPT/Dream)."""
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if corpus not in ("facts", "questions"):
+        raise ValueError(f"corpus must be 'facts' or 'questions', got {corpus!r}")
+    if init_from is not None and init != "ar":
+        raise ValueError(f"init_from={init_from!r} needs init='ar'")
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import anchored_reasoning.models as models
     from anchored_reasoning.models.zoo import LOGIC_BACKBONE_DIR
-    from anchored_reasoning.train.backbone import logic_corpus
+    from anchored_reasoning.models.zoo import resolve_model
+    from anchored_reasoning.train.backbone import logic_corpus, qa_corpus
+    from anchored_reasoning.train.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
 
     if threads:
@@ -197,15 +217,21 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    tok = AutoTokenizer.from_pretrained(LOGIC_BACKBONE_DIR)
+    ar_dir = resolve_model(str(init_from)) if init_from is not None else LOGIC_BACKBONE_DIR
+    tok = AutoTokenizer.from_pretrained(ar_dir)
+    ar = AutoModelForCausalLM.from_pretrained(ar_dir) if init == "ar" else None
+    shift = int(getattr(ar.config, "token_shift", 0) or 0) if ar is not None else 0
     cls, cfg_cls = (models.MDLM, models.MDLMConfig) if arch == "mdlm" else (models.ADLM, models.ADLMConfig)
     cfg = cfg_cls.from_preset(PRESET, vocab_size=len(tok), mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
-                              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **(config or {}))
+                              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                              **({"token_shift": shift} if shift else {}), **({"shift_logits": True} if shift_logits else {}),
+                              **(config or {}))
     torch.manual_seed(seed)
     model = cls(cfg)
-    copied = copy_ar_weights(model, AutoModelForCausalLM.from_pretrained(LOGIC_BACKBONE_DIR)) if init == "ar" else 0
-    train_rows, dropped = rows_from_corpus(logic_corpus(n_docs, seed=seed), tok, cfg.max_position_embeddings)
-    held_rows, _ = rows_from_corpus(logic_corpus(eval_docs * 4, seed=seed + 999), tok, cfg.max_position_embeddings)
+    copied = copy_ar_weights(model, ar) if ar is not None else 0
+    make = qa_corpus if corpus == "questions" else logic_corpus
+    train_rows, dropped = rows_from_corpus(make(n_docs, seed=seed), tok, cfg.max_position_embeddings)
+    held_rows, _ = rows_from_corpus(make(eval_docs * 4, seed=seed + 999), tok, cfg.max_position_embeddings)
     held = {t: [r for r in held_rows if r["task"] == t][:eval_docs] for t in ("prosqa", "prontoqa")}
     before = {t: held_out_nelbo(model, rs, tok.pad_token_id) for t, rs in held.items()}
     args = DiffusionSFTConfig(
@@ -214,8 +240,9 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
         logging_steps=max(1, max_steps // 20), save_strategy="no", disable_tqdm=True, diffusion_mode="sft",
         anchored=arch == "adlm", max_train_seconds=minutes * 60 if minutes else None, train_sampling_strategy="group_by_length")
     dataset = Dataset.from_list([{k: v for k, v in r.items() if k != "task"} for r in train_rows])
+    # the trainer has no time limit of its own: ``minutes`` is this callback (without it the flag did nothing)
     trainer = DiffusionSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=DiffusionCollator.for_tokenizer(tok),
-                                  processing_class=tok)
+                                  processing_class=tok, callbacks=[TimeBudgetCallback(minutes * 60 if minutes else None)])
     t0 = time.time()
     trainer.train()
     train_seconds = time.time() - t0
@@ -228,9 +255,10 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
         "what": f"{arch.upper()} pretrained with the masked-diffusion loss on the derivations of generated logic text "
                 "(anchored_reasoning.train.diffusion_backbone); logic-gpt2's corpus, tokenizer and shape",
         "command": "python -m anchored_reasoning.train.diffusion_backbone " + " ".join(sys.argv[1:]),
-        "arch": arch, "init": init, "ar_tensors_copied": copied, "preset": PRESET, "config": cfg.to_diff_dict(),
+        "arch": arch, "init": init, "init_from": str(init_from) if init_from is not None else ("logic-gpt2" if init == "ar" else None),
+        "ar_tensors_copied": copied, "preset": PRESET, "config": cfg.to_diff_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "corpus": {"generator": "anchored_reasoning.train.backbone.logic_corpus", "documents": len(train_rows),
+        "corpus": {"generator": f"anchored_reasoning.train.backbone.{make.__name__}", "documents": len(train_rows),
                    "dropped_too_long": dropped, "seed": seed},
         "steps": steps, "epochs": steps * batch_size / max(1, len(train_rows)), "batch_size": batch_size, "lr": lr,
         "schedule": f"cosine, warm-up {warmup}", "anchored": arch == "adlm",
@@ -254,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="with --check: also store it in DIR/backbone.json")
     p.add_argument("--arch", choices=ARCHS, default="mdlm")
     p.add_argument("--init", choices=INITS, default="scratch", help="scratch, or ar: start from logic-gpt2's weights")
+    p.add_argument("--init-from", default=None, help="with --init ar: the AR model to start from (alias or folder; "
+                   "default logic-gpt2; logic-gpt2-shift carries its token shift over)")
+    p.add_argument("--corpus", choices=["facts", "questions"], default="facts",
+                   help="facts: question-free documents (logic-gpt2's); questions: whole problems (logic-gpt2-shift's)")
+    p.add_argument("--shift-logits", action="store_true",
+                   help="predict position t from t-1's state, as the AR model did (DiffuGPT/Dream's output shift)")
     p.add_argument("--max-steps", type=int, default=3000)
     p.add_argument("--minutes", type=float, default=None, help="also stop after this much training time")
     p.add_argument("--docs", type=int, default=60_000)
@@ -281,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     if not a.out:
         p.error("--out is required (or --check DIR)")
     s = pretrain(Path(a.out), arch=a.arch, init=a.init, max_steps=a.max_steps, minutes=a.minutes, n_docs=a.docs, seed=a.seed,
-                 batch_size=a.batch_size, lr=a.lr, threads=a.threads)
+                 batch_size=a.batch_size, lr=a.lr, threads=a.threads, init_from=a.init_from, corpus=a.corpus,
+                 shift_logits=a.shift_logits)
     print(json.dumps({k: s[k] for k in ("steps", "train_seconds", "parameters", "held_out_derivation_nelbo")}))
     return 0
 
