@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from .blocks import Encoder, shift_logits_right, subs_log_probs
+from .blocks import Encoder, subs_log_probs
 from .mdlm import DiffusionConfigMixin, DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
 
 
@@ -57,8 +57,7 @@ class ADLM(DiffusionPreTrainedModel):
                        position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The anchor network: (B, L) noisy tokens -> (B, L, V) raw anchor logits (no SUBS)."""
         self._check_inputs(input_ids)
-        logits = self.anchor_head(self.anchor(self.embed(input_ids, attention_mask), attention_mask, position_ids))
-        return shift_logits_right(logits) if self.config.shift_logits else logits
+        return self.ar_aligned(self.anchor_head(self.anchor(self.embed(input_ids, attention_mask), attention_mask, position_ids)))
 
     def denoise(self, anchor_logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -101,7 +101,7 @@ class DiffusionPreTrainedModel(PreTrainedModel):
         """Build the token shift's projections (``config.token_shift`` of them, zero: the model starts
         as it would without). Call after ``post_init`` so the zeros are not re-initialised; weights
         loaded by ``from_pretrained`` replace them."""
-        n = int(getattr(self.config, "token_shift", 0) or 0)
+        n = int(self.config.token_shift)
         if n < 0:
             raise ValueError(f"token_shift={n} must be >= 0")
         d = self.config.hidden_size
@@ -116,12 +116,17 @@ class DiffusionPreTrainedModel(PreTrainedModel):
         hundred steps with the shift and not in thousands without). Padding contributes nothing. A
         masked position carries the mask's embedding forward like any token."""
         e = self.embed_tokens(input_ids)
-        if getattr(self, "shift_proj", None) is None:
+        if self.shift_proj is None:
             return e
         from .shift import shift_sum
 
         src = e if attention_mask is None else e * attention_mask.unsqueeze(-1).to(e.dtype)
         return shift_sum(e, src, self.shift_proj)
+
+    def ar_aligned(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` of the head an AR init fills, moved one position on when ``config.shift_logits``
+        (``blocks.shift_logits_right``); unchanged otherwise."""
+        return shift_logits_right(logits) if self.config.shift_logits else logits
 
     def _check_inputs(self, input_ids: torch.Tensor) -> None:
         if input_ids.dim() != 2:
@@ -161,8 +166,5 @@ class MDLM(DiffusionPreTrainedModel):
         Raises :class:`~anchored_reasoning.models.blocks.SequenceLengthError` when L > max_position_embeddings."""
         self._check_inputs(input_ids)
         h = self.encoder(self.embed(input_ids, attention_mask), attention_mask, position_ids)
-        raw = self.lm_head(h)
-        if self.config.shift_logits:
-            raw = shift_logits_right(raw)
-        out = DiffusionLMOutput(logits=subs_log_probs(raw, input_ids, self.mask_token_id))
+        out = DiffusionLMOutput(logits=subs_log_probs(self.ar_aligned(self.lm_head(h)), input_ids, self.mask_token_id))
         return out if return_dict is not False else out.to_tuple()

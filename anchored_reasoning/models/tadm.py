@@ -44,7 +44,7 @@ from transformers import initialization as init
 
 from ..errors import ConfigError
 from .adlm import ADLMConfig
-from .blocks import Block, Encoder, shift_logits_right, subs_log_probs
+from .blocks import Block, Encoder, subs_log_probs
 from .mdlm import DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
 
 logger = logging.getLogger(__name__)
@@ -209,9 +209,7 @@ class TADM(DiffusionPreTrainedModel):
         a = self.anchor(c, attention_mask, position_ids)
         logits = None
         if self.config.anchor_bottleneck == "logits":
-            logits = self.anchor_head(a)
-            if self.config.shift_logits:  # an ADLM's shifted anchor head
-                logits = shift_logits_right(logits)
+            logits = self.ar_aligned(self.anchor_head(a))  # an ADLM's (shifted) anchor head
             a = self.anchor_proj(logits)
         return TADMAnchor(hidden=a, logits=logits, shared=c, input_ids=input_ids.detach().clone())
 
@@ -228,8 +226,8 @@ class TADM(DiffusionPreTrainedModel):
             h = self.fusion(c, h)
         out = self.denoiser(h.to(self.lm_head.weight.dtype), attention_mask, position_ids)
         raw = self.lm_head(out)
-        if self.config.shift_logits and self.config.anchor_bottleneck == "hidden":  # an MDLM's shifted LM head
-            raw = shift_logits_right(raw)
+        if self.config.anchor_bottleneck == "hidden":  # from an MDLM: the LM head is the one its AR init filled
+            raw = self.ar_aligned(raw)
         return subs_log_probs(raw, input_ids, self.mask_token_id)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -144,7 +144,8 @@ class KVCacheModelFn:
         start, end = self._block
         self.span = (start, length if self.mode == "prefix" else end)
         a, e = (0, length) if self._fresh else self.span
-        x = m.embed(z, am)[:, a:e]  # whole rows: a token shift reads the tokens before the span
+        lo = max(0, a - int(m.config.token_shift))  # a token shift reads that many tokens before the span
+        x = m.embed(z[:, lo:e], None if am is None else am[:, lo:e])[:, a - lo:]
         if self.arch == "mdlm":
             h = self._enc("encoder", m.encoder, x, positions, keep)
         else:

@@ -206,8 +206,7 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import anchored_reasoning.models as models
-    from anchored_reasoning.models.zoo import LOGIC_BACKBONE_DIR
-    from anchored_reasoning.models.zoo import resolve_model
+    from anchored_reasoning.models.zoo import LOGIC_BACKBONE_DIR, resolve_model
     from anchored_reasoning.train.backbone import logic_corpus, qa_corpus
     from anchored_reasoning.train.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
@@ -242,7 +241,7 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     dataset = Dataset.from_list([{k: v for k, v in r.items() if k != "task"} for r in train_rows])
     # the trainer has no time limit of its own: ``minutes`` is this callback (without it the flag did nothing)
     trainer = DiffusionSFTTrainer(model=model, args=args, train_dataset=dataset, data_collator=DiffusionCollator.for_tokenizer(tok),
-                                  processing_class=tok, callbacks=[TimeBudgetCallback(minutes * 60 if minutes else None)])
+                                  processing_class=tok, callbacks=[TimeBudgetCallback(args.max_train_seconds)])
     t0 = time.time()
     trainer.train()
     train_seconds = time.time() - t0
