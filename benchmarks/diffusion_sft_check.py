@@ -7,7 +7,8 @@ which draw from seeds 0-2), runs them through the evaluation runner and the diff
 (low-confidence greedy, as many steps as window tokens) and prints the accuracy with its 95% bootstrap
 interval (chance 0.5). ``--forced``: also score the two options at a masked object of the first
 derivation step (``<entity> is a <mask>.`` for cot, ``### <entity> is a <mask>.`` for nocot), which
-reads the lookup without any decoding. Writes the runner's records under ``<model>/_check_h<hops>``.
+reads the lookup without any decoding (:func:`anchored_reasoning.eval.choice.masked_choice`; the prompt
+as the trained format renders it). Writes the runner's records under ``<model>/_check_h<hops>``.
 """
 from __future__ import annotations
 
@@ -17,22 +18,6 @@ import shutil
 from pathlib import Path
 
 import torch
-
-
-def forced_choice(model, tok, examples, fmt: str) -> float:
-    right = 0
-    for ex in examples:
-        ent, a, b = ex.meta["entity"], ex.meta["answer_concept"], ex.meta["neg_concept"]
-        p = tok(ex.question.strip() + "\n")["input_ids"]
-        r = tok(f"### {ent} is a" if fmt == "nocot" else f"{ent} is a", add_special_tokens=False)["input_ids"]
-        ia, ib = (tok(" " + c, add_special_tokens=False)["input_ids"] for c in (a, b))
-        if len(ia) != 1 or len(ib) != 1:
-            raise ValueError(f"{ex.id}: an option is not one token ({a!r}, {b!r}); the forced choice needs one")
-        ids = torch.tensor([p + r + [tok.mask_token_id] + tok(".", add_special_tokens=False)["input_ids"]])
-        with torch.no_grad():
-            lp = model(input_ids=ids).logits[0, len(p) + len(r)]
-        right += int(lp[ia[0]] > lp[ib[0]])
-    return right / len(examples)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     s = run_eval("prosqa", backend, a.method, out_dir=out, examples=examples, max_new_tokens=a.gen_length, progress=False)
     res = {"model": a.model, "hops": a.hops, "n": a.n, "method": a.method, "accuracy": s["accuracy"], "chance": 0.5}
     if a.forced:
-        res["forced_choice"] = forced_choice(model, tok, examples, "nocot" if a.method.endswith("nocot") else "cot")
+        from anchored_reasoning.eval.choice import masked_choice
+
+        res["forced_choice"] = masked_choice(model, tok, examples, method="nocot" if a.method.endswith("nocot") else "cot")
     print(json.dumps(res))
     return 0
 

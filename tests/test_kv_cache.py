@@ -32,10 +32,12 @@ def _build(arch: str, **extra):
 
 def tiny(arch: str):
     """``mdlm``/``adlm``/``tadm``, or with ``-shift`` the same with a (non-zero) 2-token shift, which
-    the cache must feed whole rows."""
+    the cache must feed whole rows; ``-both`` adds the output shift (``shift_logits``), for which a
+    cached call must read the state just before its block."""
     if arch not in _MODELS:
-        shifted = arch.endswith("-shift")
-        model = _build(arch.removesuffix("-shift"), **({"token_shift": 2} if shifted else {}))
+        shifted = arch.endswith("-shift") or arch.endswith("-both")
+        extra = {"token_shift": 2, **({"shift_logits": True} if arch.endswith("-both") else {})} if shifted else {}
+        model = _build(arch.removesuffix("-shift").removesuffix("-both"), **extra)
         if shifted:
             with torch.no_grad():
                 for lin in model.shift_proj:
@@ -70,7 +72,7 @@ def test_cache_off_is_bit_identical_to_the_plain_model_fn(arch, remasking):
 
 
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
-@pytest.mark.parametrize("arch", ARCHS + [a + "-shift" for a in ARCHS])
+@pytest.mark.parametrize("arch", ARCHS + [a + "-shift" for a in ARCHS] + [a + "-both" for a in ARCHS])
 def test_cached_calls_compute_what_the_model_computes(arch, mode):
     """A block's full pass equals the model; a cached call on unchanged tokens equals the full pass
     (so the cache math is exact and only staleness differs); padded rows included."""
@@ -92,7 +94,7 @@ def test_cached_calls_compute_what_the_model_computes(arch, mode):
     torch.testing.assert_close(again, full[:, 12:end], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ARCHS + [a + "-both" for a in ARCHS])
 def test_committed_tokens_never_change_with_the_cache_on(arch):
     rng = random.Random(0)
     model = tiny(arch)
@@ -102,7 +104,7 @@ def test_committed_tokens_never_change_with_the_cache_on(arch):
         block = rng.choice([2, 4, 8])
         cfg = SamplerConfig(remasking=remasking, steps=gen_length, gen_length=gen_length, block_length=block,
                             temperature=rng.choice([0.0, 1.0]), seed=trial, kv_cache=rng.choice(["prefix", "dual"]),
-                            anchor_refresh_every=1 if arch == "mdlm" else rng.choice([1, 2, 3]))
+                            anchor_refresh_every=1 if arch.startswith("mdlm") else rng.choice([1, 2, 3]))
         p, am = _prompt(bsz=2, plen=rng.choice([1, 4]), seed=trial)
         trace = []
         ids, stats = sample(model, p, cfg, attention_mask=am, callback=lambda s, x: trace.append(x.clone()))

@@ -15,6 +15,10 @@ The approximation is exactly that reuse: the prefix (and, for ``"dual"``, the su
 the tokens revealed inside the current block until the next block's full pass. Committed tokens
 never change (that is the sampler's rule, not the cache's). A block's first call is exact.
 
+A model with the output shift (``shift_logits``: position t predicted from t-1's state, DiffuGPT/Dream
+style) needs the state just before the block: its cached calls compute the span from one position
+earlier (that position's keys/values are refreshed too) and return the span's outputs only.
+
 Composes with the anchor cache of two-stage models (``anchor_refresh_every=K``, TADM/ADLM): the
 anchor network then runs (on the active positions, with its own stored keys/values) at every block's
 full pass and every K calls after it; the shared network S and the denoiser run at every call.
@@ -100,9 +104,7 @@ class KVCacheModelFn:
         if refresh_every < 1:
             raise ConfigError(f"refresh_every={refresh_every} must be >= 1")
         self.arch = _arch(model)
-        if getattr(model.config, "shift_logits", False):
-            raise ConfigError("kv_cache: this model predicts each position from the one before (shift_logits), which a "
-                              "cached call on a block cannot see; sample it with kv_cache='none'")
+        self.shifted = bool(getattr(model.config, "shift_logits", False))
         if refresh_every > 1 and self.arch == "mdlm":
             raise ConfigError("anchor_refresh_every > 1 needs a two-stage model (ADLM, TADM); this is an MDLM")
         self.model, self.mode, self.refresh_every, self.attention_mask = model, mode, refresh_every, attention_mask
@@ -142,8 +144,11 @@ class KVCacheModelFn:
             keep = am.bool()
             keep = keep | ~keep.any(dim=-1, keepdim=True)
         start, end = self._block
-        self.span = (start, length if self.mode == "prefix" else end)
+        # a shifted head (shift_logits) predicts position t from t-1's state: a cached call computes one more position
+        back = 1 if self.shifted and start > 0 else 0
+        self.span = (start - back, length if self.mode == "prefix" else end)
         a, e = (0, length) if self._fresh else self.span
+        drop = 0 if self._fresh else back  # that extra position's own output is not returned
         lo = max(0, a - int(m.config.token_shift))  # a token shift reads that many tokens before the span
         x = m.embed(z[:, lo:e], None if am is None else am[:, lo:e])[:, a - lo:]
         if self.arch == "mdlm":
@@ -152,10 +157,13 @@ class KVCacheModelFn:
             refresh = self._fresh or self._anchor is None or self._since_anchor >= self.refresh_every
             c = self._enc("shared", m.shared, x, positions, keep) if self.arch == "tadm" else x
             if refresh:
-                anchor = m.anchor_head(self._enc("anchor", m.anchor, c, positions, keep)) if self.arch == "adlm" else \
-                    self._enc("anchor", m.anchor, c, positions, keep)
+                anchor = m.ar_aligned(m.anchor_head(self._enc("anchor", m.anchor, c, positions, keep))) \
+                    if self.arch == "adlm" else self._enc("anchor", m.anchor, c, positions, keep)
                 if self.arch == "tadm" and m.config.anchor_bottleneck == "logits":
-                    anchor = m.anchor_proj(m.anchor_head(anchor))
+                    anchor = m.anchor_proj(m.ar_aligned(m.anchor_head(anchor)))
+                if drop and (self.arch == "adlm" or m.config.anchor_bottleneck == "logits"):
+                    # the span's first position would read its own state; it keeps what the last pass gave it
+                    anchor = torch.cat([self._anchor[:, a - self._anchor_offset:a - self._anchor_offset + 1], anchor[:, 1:]], 1)
                 self._anchor, self._anchor_offset, self._since_anchor = anchor, a, 0
                 self.anchor_calls += 1
             anchor = self._anchor[:, a - self._anchor_offset:e - self._anchor_offset]  # a block's full pass covers all
@@ -169,8 +177,11 @@ class KVCacheModelFn:
             self.full_passes += 1
         self._fresh = False
         self.calls += 1
-        self.logits_offset = a
-        return subs_log_probs(m.lm_head(h), z[:, a:e], int(m.config.mask_token_id))
+        logits = m.lm_head(h)
+        if self.arch == "mdlm" or self.arch == "tadm" and m.config.anchor_bottleneck == "hidden":
+            logits = m.ar_aligned(logits)  # the output head an AR init filled
+        self.logits_offset = a + drop
+        return subs_log_probs(logits[:, drop:], z[:, a + drop:e], int(m.config.mask_token_id))
 
 
 __all__ = ["KVCacheModelFn", "KV_CACHE_MODES"]

@@ -101,6 +101,37 @@ def copy_ar_weights(model, ar) -> int:
     return n
 
 
+def build_start(arch: str, init: str = "ar", *, init_from: str | Path | None = None, shift_logits: bool = False,
+                seed: int = 0, config: dict[str, Any] | None = None):
+    """``(model, tokenizer, tensors copied)``: a fresh MDLM or ADLM of logic-gpt2's shape (the ``small``
+    preset) with logic-gpt2's tokenizer, and with ``init="ar"`` the AR model's weights copied in
+    (``init_from``, default ``logic-gpt2``; a shift-gpt2 such as ``logic-gpt2-shift`` brings its token
+    shift). ``shift_logits`` aligns the AR-initialised head (position t predicts from t-1's state).
+    ``seed`` fixes the weights that are not copied (an ADLM's denoiser)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import anchored_reasoning.models as models
+    from anchored_reasoning.models.zoo import LOGIC_BACKBONE_DIR, resolve_model
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    ar_dir = resolve_model(str(init_from)) if init_from is not None else LOGIC_BACKBONE_DIR
+    tok = AutoTokenizer.from_pretrained(ar_dir)
+    ar = AutoModelForCausalLM.from_pretrained(ar_dir) if init == "ar" else None
+    shift = int(getattr(ar.config, "token_shift", 0) or 0) if ar is not None else 0
+    cls, cfg_cls = (models.MDLM, models.MDLMConfig) if arch == "mdlm" else (models.ADLM, models.ADLMConfig)
+    cfg = cfg_cls.from_preset(PRESET, vocab_size=len(tok), mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
+                              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                              **({"token_shift": shift} if shift else {}), **({"shift_logits": True} if shift_logits else {}),
+                              **(config or {}))
+    torch.manual_seed(seed)
+    model = cls(cfg)
+    return model, tok, (copy_ar_weights(model, ar) if ar is not None else 0)
+
+
 def held_out_nelbo(model, rows: list[dict[str, Any]], pad_id: int, seed: int = 12345) -> float:
     """Per-token NELBO (nats) on the derivation tokens of held-out rows (fixed noise draws)."""
     import torch
@@ -203,10 +234,7 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
         raise ValueError(f"init_from={init_from!r} needs init='ar'")
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import anchored_reasoning.models as models
-    from anchored_reasoning.models.zoo import LOGIC_BACKBONE_DIR, resolve_model
     from anchored_reasoning.train.backbone import logic_corpus, qa_corpus
     from anchored_reasoning.train.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
@@ -216,18 +244,8 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    ar_dir = resolve_model(str(init_from)) if init_from is not None else LOGIC_BACKBONE_DIR
-    tok = AutoTokenizer.from_pretrained(ar_dir)
-    ar = AutoModelForCausalLM.from_pretrained(ar_dir) if init == "ar" else None
-    shift = int(getattr(ar.config, "token_shift", 0) or 0) if ar is not None else 0
-    cls, cfg_cls = (models.MDLM, models.MDLMConfig) if arch == "mdlm" else (models.ADLM, models.ADLMConfig)
-    cfg = cfg_cls.from_preset(PRESET, vocab_size=len(tok), mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
-                              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                              **({"token_shift": shift} if shift else {}), **({"shift_logits": True} if shift_logits else {}),
-                              **(config or {}))
-    torch.manual_seed(seed)
-    model = cls(cfg)
-    copied = copy_ar_weights(model, ar) if ar is not None else 0
+    model, tok, copied = build_start(arch, init, init_from=init_from, shift_logits=shift_logits, seed=seed, config=config)
+    cfg = model.config
     make = qa_corpus if corpus == "questions" else logic_corpus
     train_rows, dropped = rows_from_corpus(make(n_docs, seed=seed), tok, cfg.max_position_embeddings)
     held_rows, _ = rows_from_corpus(make(eval_docs * 4, seed=seed + 999), tok, cfg.max_position_embeddings)
