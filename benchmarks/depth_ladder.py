@@ -240,6 +240,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
+    check_mergeable(Path(args.out), args.methods, args.seeds)  # before any training
     train, held, hops = ladder_problems(args.hops, args.eval_n, args.train_n)
     swapped = binding_probe_examples(held)
     runs: dict[str, list] = {}
@@ -249,11 +250,35 @@ def main(argv=None) -> int:
             log.info("%s seed %d: accuracy %.3f by hops %s, %.1f tokens, flips %.2f", label, seed, r["accuracy"],
                      {h: round(v["accuracy"], 2) for h, v in r["by_hops"].items()}, r["tokens"], r["flip_rate"])
             runs.setdefault(label, []).append(r)
-        _write(Path(args.out), {lbl: aggregate(rs, hops) for lbl, rs in runs.items()}, hops, args, t0)
+        _write(Path(args.out), runs, hops, args, t0)
     return 0
 
 
-def _write(out: Path, results: dict[str, Any], hops: dict[str, int], args, t0: float) -> None:
+def check_mergeable(out: Path, labels: list[str], seeds: list[int]) -> None:
+    """A run of some seeds merges into the JSON's other seeds of the same method; that needs their
+    per-problem records (``_runs``, kept since 2026-12-02). Refuses, naming them, when they are missing."""
+    if not out.is_file():
+        return
+    old = json.loads(out.read_text())
+    for label in labels:
+        had = set((old.get("methods", {}).get(label) or {}).get("seeds", []))
+        kept = {int(s) for s in old.get("_runs", {}).get(label, {})}
+        lost = sorted(had - kept - set(seeds))
+        if lost:
+            raise SystemExit(f"{out}: {label} has seeds {lost} without their per-problem records, so seeds {seeds} "
+                             f"cannot be merged with them; add {lost} to --seeds (their finished runs in --work are "
+                             "reused) or write to another --out")
+
+
+def merge_runs(old: dict[str, dict], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of one method by seed: the JSON's earlier seeds, replaced by this invocation's where both have one."""
+    by_seed = {int(s): r for s, r in old.items()}
+    by_seed.update({int(r["seed"]): r for r in new})
+    return [by_seed[s] for s in sorted(by_seed)]
+
+
+def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int], args, t0: float) -> None:
+    """Merge this invocation's runs into ``out`` (other methods and other seeds kept) and re-aggregate."""
     import fcntl
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -262,7 +287,11 @@ def _write(out: Path, results: dict[str, Any], hops: dict[str, int], args, t0: f
         merged = json.loads(out.read_text()) if out.is_file() else {}
         methods = merged.setdefault("methods", {})
         hidden = merged.setdefault("_per_problem", {})
-        for label, r in results.items():
+        kept = merged.setdefault("_runs", {})
+        for label, new in runs.items():
+            all_runs = merge_runs(kept.get(label, {}), new)
+            kept[label] = {str(r["seed"]): r for r in all_runs}
+            r = aggregate(all_runs, hops)
             hidden[label] = r.pop("_per_problem")
             methods[label] = r
         full = {lbl: {**m, "_per_problem": hidden.get(lbl, {})} for lbl, m in methods.items()}

@@ -1,0 +1,51 @@
+"""The depth ladder's JSON merges seeds run by separate commands (a `--seeds 1` run used to replace
+seed 0's aggregate), and refuses, before training, a merge it cannot make."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import depth_ladder as ladder  # noqa: E402
+
+HOPS = {f"p{i}": 1 + i % 2 for i in range(8)}  # four 1-hop and four 2-hop problems
+
+
+def fake_run(seed: int, right: set[str]) -> dict:
+    return {"seed": seed, "steps": 10, "train_seconds": 1.0, "accuracy": len(right) / len(HOPS), "tokens": 5.0,
+            "tokens_by_hops": {"1": 5.0, "2": 5.0}, "flip_rate": 0.5, "probe_by_hops": {"1": {"flip_rate": 0.5}},
+            "by_hops": {}, "_correct": {i: i in right for i in HOPS}}
+
+
+def args_for(seeds: list[int]) -> argparse.Namespace:
+    return argparse.Namespace(hops=[1, 2], train_n=10, eval_n=4, train_steps=10, batch_size=2, lr=1e-3, backbone="x",
+                              tokens_per_anchor=1, min_steps_per_stage=None, threads=1, machine_note=None,
+                              methods=["cot"], seeds=seeds)
+
+
+def test_a_second_seed_merges_with_the_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    out = tmp_path / "ladder.json"
+    every, half = set(HOPS), {i for i in HOPS if HOPS[i] == 1}
+    ladder._write(out, {"cot": [fake_run(0, every)]}, HOPS, args_for([0]), 0.0)
+    ladder.check_mergeable(out, ["cot"], [1])  # seed 0's records are kept: no refusal
+    ladder._write(out, {"cot": [fake_run(1, half)]}, HOPS, args_for([1]), 0.0)
+    entry = json.loads(out.read_text())["methods"]["cot"]
+    assert entry["seeds"] == [0, 1]
+    assert entry["accuracy"] == pytest.approx(0.75)  # (1.0 + 0.5) / 2, not seed 1's 0.5 alone
+    assert entry["by_hops"]["2"]["accuracy"] == pytest.approx(0.5)
+    ladder._write(out, {"cot": [fake_run(1, every)]}, HOPS, args_for([1]), 0.0)  # a rerun of a seed replaces it
+    assert json.loads(out.read_text())["methods"]["cot"]["accuracy"] == pytest.approx(1.0)
+
+
+def test_a_json_without_per_seed_records_is_refused_before_training(tmp_path):
+    out = tmp_path / "old.json"
+    out.write_text(json.dumps({"methods": {"cot": {"seeds": [0, 1]}}}))
+    with pytest.raises(SystemExit, match=r"seeds \[0, 1\] without their per-problem records"):
+        ladder.check_mergeable(out, ["cot"], [2])
+    ladder.check_mergeable(out, ["cot"], [0, 1, 2])  # all seeds named: their runs are re-aggregated
+    ladder.check_mergeable(out, ["nocot"], [2])  # another method: nothing to merge
