@@ -258,14 +258,7 @@ def train_bench(args: argparse.Namespace) -> dict[str, Any]:
         result[f"{variant}_mean_accuracy"] = statistics.mean(accs)
         result[f"{variant}_mean_gain"] = statistics.mean(accs) - result["start_accuracy"]
     if args.diffusion_sft or args.smoke:
-        dsft = Path(args.diffusion_sft) if args.diffusion_sft else tiny_sft(work, diffusion=True)
-        d_start = evaluate(dsft, work / "eval-dstart", args)
-        d_out = grpo_run(args.diffusion_recipe, dsft, work / "diffusion-s0", args.seeds[0], steps)
-        d_eval = evaluate(d_out, work / "eval-diffusion-s0", args)
-        curves["diffusion seed %d" % args.seeds[0]] = reward_curve(d_out)
-        result["diffusion"] = {"start": str(dsft), "start_accuracy": accuracy(d_start),
-                               "accuracy": accuracy(d_eval), "vs_start": compare(d_eval, d_start),
-                               "reward_curve": curves["diffusion seed %d" % args.seeds[0]]}
+        result["diffusion"] = diffusion_bench(args, work, curves)
     result["reward_curves"] = {k: v for k, v in curves.items()}
     png = Path(args.png)
     plot(curves, png)
@@ -273,13 +266,49 @@ def train_bench(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def diffusion_bench(args: argparse.Namespace, work: Path, curves: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
+    """diffu-GRPO from a diffusion SFT start, one run per seed, each evaluated against the start."""
+    dsft = Path(args.diffusion_sft) if args.diffusion_sft else tiny_sft(work, diffusion=True)
+    steps = [f"training.max_steps={args.steps}"] + (["training.max_train_seconds=null"] if args.smoke else [])
+    d_start = evaluate(dsft, work / "eval-dstart", args)
+    row: dict[str, Any] = {"start": str(dsft), "recipe": args.diffusion_recipe, "overrides": list(args.diffusion_set),
+                           "start_accuracy": accuracy(d_start), "per_seed": {}}
+    for seed in args.seeds:
+        d_out = grpo_run(args.diffusion_recipe, dsft, work / f"diffusion-s{seed}", seed, steps + list(args.diffusion_set))
+        d_eval = evaluate(d_out, work / f"eval-diffusion-s{seed}", args)
+        curves[f"diffusion seed {seed}"] = reward_curve(d_out)
+        summary = json.loads((d_out / "train_summary.json").read_text())
+        row["per_seed"][str(seed)] = {"accuracy": accuracy(d_eval), "vs_start": compare(d_eval, d_start),
+                                      "steps": summary.get("global_steps"), "train_seconds": summary.get("train_seconds"),
+                                      "reward_curve": curves[f"diffusion seed {seed}"]}
+        log.info("diffusion seed %d: start %.3f after GRPO %.3f", seed, row["start_accuracy"], row["per_seed"][str(seed)]["accuracy"])
+    accs = [r["accuracy"] for r in row["per_seed"].values()]
+    row["mean_accuracy"] = statistics.mean(accs)
+    row["mean_gain"] = row["mean_accuracy"] - row["start_accuracy"]
+    return row
+
+
+def diffusion_only(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """``diffusion`` mode: the diffu-GRPO row alone, merged into the JSON already at ``out`` (its AR rows kept)."""
+    result = json.loads(out.read_text()) if out.is_file() else {}
+    curves: dict[str, list[tuple[int, float]]] = {}
+    row = diffusion_bench(args, Path(args.work), curves)
+    row["reward_curves_png"] = str(Path(args.png).relative_to(ROOT) if Path(args.png).is_relative_to(ROOT) else args.png)
+    row.update(stamp(args), eval_generator=args.eval_generator, eval_limit=args.eval_limit)
+    plot(curves, Path(args.png))
+    result["diffusion"] = row
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("mode", choices=["cost", "train"])
+    p.add_argument("mode", choices=["cost", "train", "diffusion"])
     p.add_argument("--sft", help="the SFT start checkpoint (default: trained here, see the docstring)")
     p.add_argument("--recipe", default="grpo_prosqa_logic_cpu")
     p.add_argument("--diffusion-sft", help="a diffusion SFT checkpoint for the diffu-GRPO row (train mode)")
     p.add_argument("--diffusion-recipe", default="grpo_diffusion_prosqa_small")
+    p.add_argument("--diffusion-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a recipe override for every diffusion GRPO run (repeatable), e.g. sampler.steps=16")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="train: a recipe override for every AR GRPO run (repeatable), e.g. the training problems' size")
@@ -315,6 +344,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit("--smoke measures nothing: pass --out outside benchmarks/results/")
         args.png = str(Path(args.out).with_suffix(".png"))
     out = Path(args.out) if args.out else RESULTS / ("grpo_cost.json" if args.mode == "cost" else "grpo.json")
+    if args.mode == "diffusion":
+        if not args.diffusion_sft and not args.smoke:
+            raise SystemExit("diffusion mode needs --diffusion-sft (a diffusion SFT checkpoint above chance)")
+        if args.png == str(RESULTS / "grpo_rewards.png"):
+            args.png = str(RESULTS / "grpo_diffusion_rewards.png") if not args.smoke else args.png
+        write(out, diffusion_only(args, out))
+        return
     result = measure_cost(args) if args.mode == "cost" else train_bench(args)
     result.update(stamp(args), smoke=bool(args.smoke))
     write(out, result)

@@ -161,6 +161,27 @@ def _shipped(folder: Path, rebuild: str) -> Callable[[], str]:
 _materialize_logic_backbone = _shipped(LOGIC_BACKBONE_DIR, "python -m anchored_reasoning.train.backbone")
 
 
+def _ar_init_start(arch: str) -> Callable[[], str]:
+    """A materializer for ``logic-<arch>-shift``: logic-gpt2-shift's weights copied into an MDLM (or an ADLM's
+    anchor network, its denoiser fresh, seed 0) with both shifts; built once into the cache (no training)."""
+    def materialize() -> str:
+        out = cache_dir() / "models" / f"logic-{arch}-shift"
+        if not (out / "model.safetensors").is_file():
+            from anchored_reasoning.models.ar_init import build_start
+
+            import shutil
+
+            model, tok, _ = build_start(arch, "ar", init_from=LOGIC_SHIFT_DIR, shift_logits=True, seed=0)
+            tmp = out.with_name(out.name + ".tmp")  # written whole, then moved: a killed build leaves no half model
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            shutil.rmtree(out, ignore_errors=True)
+            tmp.replace(out)
+        return str(out)
+    return materialize
+
+
 ALIASES: dict[str, ModelAlias] = {
     "smollm2-135m": ModelAlias(
         "smollm2-135m",
@@ -188,6 +209,14 @@ ALIASES: dict[str, ModelAlias] = {
         "the start of diffusion SFT on logic",
         _shipped(folder, f"python -m anchored_reasoning.train.diffusion_backbone --arch {name[6:]}"),
     ) for name, folder in LOGIC_DIFFUSION_DIRS.items()},
+    **{f"logic-{arch}-shift": ModelAlias(
+        f"logic-{arch}-shift",
+        f"{arch.upper()} started from logic-gpt2-shift's weights with both shifts (token shift, shift_logits), "
+        + ("every weight copied" if arch == "mdlm" else "the anchor network copied, the denoiser fresh")
+        + ", no diffusion pretraining; built once into the cache: the start of the diffusion recipes that reason "
+        "(diffusion_sft_prosqa_cot_*)",
+        _ar_init_start(arch),
+    ) for arch in ("mdlm", "adlm")},
 }
 
 DEFAULT_MODEL = "smollm2-135m"
