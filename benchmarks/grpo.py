@@ -4,6 +4,8 @@
     ANCHORED_REASONING_DATA=../shared/data python benchmarks/grpo.py train --sft runs/prosqa_acot \\
         --seeds 0 1 2 --steps 100 --eval-limit 200 [--diffusion-sft runs/diffusion_sft_prosqa_small_adlm]
                                                                                      # -> results/grpo.json + PNG
+    python benchmarks/grpo.py diffusion --diffusion-sft runs/dsft_cot --seeds 0 1 2 --steps 200 \
+        --diffusion-set sampler.steps=16 ...       # the diffu-GRPO row alone -> grpo.json["diffusion"] (docs/grpo.md)
     python benchmarks/grpo.py train --smoke --out /tmp/grpo_smoke.json              # tiny sizes, proves the pipeline
 
 ``cost``: one ACoT start (``--sft``; without it a logic-gpt2 ACoT checkpoint is trained for one step -- the
@@ -19,8 +21,12 @@ plain GRPO run (gamma = 0) and an anchored one (gamma = ``--gamma``) with the re
 checkpoint, the start included, is evaluated greedily by the evaluation runner on ``--eval-split``
 (``--eval-limit`` problems, the same ones for all). Per seed: accuracy at the start and after GRPO,
 McNemar's exact test and a paired bootstrap (after vs start, anchored vs plain). With
-``--diffusion-sft``, the same for a diffusion checkpoint (diffu-GRPO). Reward curves as PNG. Finished
-runs and evaluations are reused: rerun the same command to resume.
+``--diffusion-sft``, the same for a diffusion checkpoint (diffu-GRPO, one run per seed). Reward curves as
+PNG. Finished runs and evaluations are reused: rerun the same command to resume.
+
+``diffusion``: the diffu-GRPO row alone (``--diffusion-set KEY=VALUE`` overrides its recipe), merged into
+the JSON at ``--out`` under ``--diffusion-key`` (the AR rows and other settings kept); its reward curves
+go to ``grpo_diffusion_rewards.png`` unless ``--png`` says otherwise.
 """
 from __future__ import annotations
 
@@ -296,7 +302,7 @@ def diffusion_only(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     row["reward_curves_png"] = str(Path(args.png).relative_to(ROOT) if Path(args.png).is_relative_to(ROOT) else args.png)
     row.update(stamp(args), eval_generator=args.eval_generator, eval_limit=args.eval_limit)
     plot(curves, Path(args.png))
-    result["diffusion"] = row
+    result[args.diffusion_key] = row
     return result
 
 
@@ -307,6 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--recipe", default="grpo_prosqa_logic_cpu")
     p.add_argument("--diffusion-sft", help="a diffusion SFT checkpoint for the diffu-GRPO row (train mode)")
     p.add_argument("--diffusion-recipe", default="grpo_diffusion_prosqa_small")
+    p.add_argument("--diffusion-key", default="diffusion",
+                   help="diffusion mode: the key of the JSON the row is written under (a second setting beside the first)")
     p.add_argument("--diffusion-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a recipe override for every diffusion GRPO run (repeatable), e.g. sampler.steps=16")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
