@@ -35,6 +35,10 @@ Per seed, ``run``:
    (:func:`anchored_reasoning.eval.choice.masked_choice`). A group already in ``result.json`` is not
    measured again (rerun the command to add a missing one).
 
+A variant shares the trained stages and keeps its own results: ``--tag _a3 --mdlm-shared-layers 0
+--mdlm-anchor-layers 3 --only mdlm: tadm_m: mdlm_stale:`` trains only the TADM with a 3-block A from the
+same MDLM and measures that slice (``aggregate --tag _a3``).
+
 ``aggregate`` pools the seeds (the configurations every seed measured): per configuration the
 seed-averaged accuracy with a bootstrap 95% interval over problems, per-seed accuracies, tokens/s and
 the speed-up over ADLM at K = 1; paired tests (seed-averaged per-problem correctness, bootstrap; exact
@@ -94,10 +98,13 @@ def train_seed(args) -> dict[str, Path]:
             f"output_dir={dirs[arch]}", f"model.arch={arch}", f"model.name={start}", f"model.tokenizer={start}",
             "model.preset=null", "model.config=null", "data.max_length=512", f"training.anchored={str(arch == 'adlm').lower()}",
             f"training.max_steps={steps}", f"training.learning_rate={lr}", *data])
-    for name, base, shared in (("tadm", "adlm", 0), ("tadm_m", "mdlm", args.mdlm_shared_layers)):
-        dirs[name] = work / (f"tadm_from_{dirs[base].name}" + (f"_shared{shared}" if shared else ""))
+    a_m = args.mdlm_anchor_layers
+    for name, base, shared, a in (("tadm", "adlm", 0, None), ("tadm_m", "mdlm", args.mdlm_shared_layers, a_m)):
+        dirs[name] = work / (f"tadm_from_{dirs[base].name}" + (f"_shared{shared}" if shared else "")
+                             + (f"_anchor{a}" if a else ""))
         ttrain.run("tadm_posttrain_prosqa_small", [
             f"output_dir={dirs[name]}", f"model.base={dirs[base]}", f"model.shared_layers={shared}",
+            *([f"model.anchor_layers={a}"] if a else []),
             f"training.max_steps={args.post_steps}", f"training.stale_sampling_steps={args.window}", "data.max_length=512", *data])
     return dirs
 
@@ -167,18 +174,21 @@ def run_main(args) -> int:
     models = {name: AutoModelForMaskedLM.from_pretrained(d).eval() for name, d in dirs.items()}
     # the SFT'd MDLM split as its TADM is (S, A, D) with the fusion untrained (exactly the identity): reusing a
     # stale A with nothing to repair it, the contrast to the post-trained TADM
-    models["mdlm_split"] = TADM.from_diffusion_model(models["mdlm"], shared_layers=args.mdlm_shared_layers).eval()
+    models["mdlm_split"] = TADM.from_diffusion_model(models["mdlm"], shared_layers=args.mdlm_shared_layers,
+                                                     anchor_layers=args.mdlm_anchor_layers).eval()
     method = build_method(None, str(dirs["adlm"]))
     held = held_out(args)
-    out = Path(args.workdir) / f"seed{args.seed}" / "result.json"
+    out = Path(args.workdir) / f"seed{args.seed}" / f"result{args.tag}.json"
     result = json.loads(out.read_text()) if out.is_file() else {"rows": {}}
     if result.get("held_out_ids", [ex.id for ex in held]) != [ex.id for ex in held]:
         raise RuntimeError(f"{out} was measured on other problems; move it away to start over")
-    evals = Path(args.workdir) / f"seed{args.seed}" / "evals"
+    evals = Path(args.workdir) / f"seed{args.seed}" / f"evals{args.tag}"
     positions = len(held) * args.window
     with torch.no_grad():
         for group, runs in groups(args.block).items():
-            if all(name in result["rows"] for name in runs):
+            if args.only:  # a slice of the configurations (names starting with one of these)
+                runs = {n: v for n, v in runs.items() if n.startswith(tuple(args.only))}
+            if not runs or all(name in result["rows"] for name in runs):
                 continue  # measured by an earlier run of this command
             rows: dict[str, dict] = {}
             times: dict[str, list[float]] = {name: [] for name in runs}
@@ -238,8 +248,9 @@ def aggregate(results: list[dict]) -> dict:
                        "tokens_per_s": float(np.mean([p["tokens_per_s"] for p in per])),
                        "vs_chance": "above" if acc["ci_low"] > CHANCE else "below" if acc["ci_high"] < CHANCE else "at"}
     for name, row in table.items():  # speed-ups per seed (side by side in one process), then averaged
-        row["speedup_vs_adlm_k1"] = float(np.mean([r["rows"][name]["tokens_per_s"] / r["rows"]["adlm:1"]["tokens_per_s"]
-                                                   for r in results]))
+        if "adlm:1" in table:  # (absent from a slice run with --only)
+            row["speedup_vs_adlm_k1"] = float(np.mean(
+                [r["rows"][name]["tokens_per_s"] / r["rows"]["adlm:1"]["tokens_per_s"] for r in results]))
 
     def paired(a: str, b: str) -> dict:
         boot = paired_bootstrap_diff(pooled([r["rows"][a]["correct"] for r in results]),
@@ -250,11 +261,10 @@ def aggregate(results: list[dict]) -> dict:
             mc.append(mcnemar_exact(sum(p and not q for p, q in zip(x, y)), sum(q and not p for p, q in zip(x, y))))
         return {"a": a, "b": b, "diff": boot["diff"], "ci95": [boot["ci_low"], boot["ci_high"]], "mcnemar_p_per_seed": mc}
 
-    tests = [paired("adlm:1", "mdlm:1"), paired("tadm:1", "adlm:1")]
-    tests += [paired(f"tadm:{k}", "adlm:1") for k in KS[1:]]
-    tests += [paired(f"adlm_stale:{k}", "adlm:1") for k in KS[1:]]
-    tests += [paired(f"tadm_m:{k}", "mdlm:1") for k in KS if f"tadm_m:{k}" in table]
-    tests += [paired(f"mdlm_stale:{k}", "mdlm:1") for k in KS[1:] if f"mdlm_stale:{k}" in table]
+    pairs = [("adlm:1", "mdlm:1"), ("tadm:1", "adlm:1")] + [(f"tadm:{k}", "adlm:1") for k in KS[1:]]
+    pairs += [(f"adlm_stale:{k}", "adlm:1") for k in KS[1:]] + [(f"tadm_m:{k}", "mdlm:1") for k in KS]
+    pairs += [(f"mdlm_stale:{k}", "mdlm:1") for k in KS[1:]]
+    tests = [paired(a, b) for a, b in pairs if a in table and b in table]
     kv_names = [n for n in names if n.endswith(":none")]
     for base in kv_names:  # the KV-cache group: each cache against the same block sampler uncached
         stem = base[: -len(":none")]
@@ -274,9 +284,10 @@ def aggregate(results: list[dict]) -> dict:
                 "speed_met": speed3 >= 1.5, "accuracy_within_1_point": abs(t3["diff"]) <= 0.01,
                 "reference_accuracy": table[ref]["accuracy"], "reference_vs_chance": table[ref]["vs_chance"]}
 
-    goal = {"adlm_tadm": goal_of("tadm:3", "adlm:1", "speedup_vs_adlm_k1"),
-            "note": "the accuracy goal is a point estimate; its interval says what the data can rule out. A reference "
+    goal = {"note": "the accuracy goal is a point estimate; its interval says what the data can rule out. A reference "
                     "at chance makes the accuracy part vacuous"}
+    if "tadm:3" in table and "adlm:1" in table:
+        goal["adlm_tadm"] = goal_of("tadm:3", "adlm:1", "speedup_vs_adlm_k1")
     if "tadm_m:3" in table:
         goal["mdlm_tadm"] = goal_of("tadm_m:3", "mdlm:1", "speedup_vs_mdlm_k1")
     blocks = [n for n in table if n.startswith("tadm_m3_block") and n.endswith(":none")]
@@ -312,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--post-steps", type=int, default=200)
     r.add_argument("--mdlm-shared-layers", type=int, default=1,
                    help="blocks S of the TADM built from the MDLM (A: half the rest, rounded up; D: the remainder)")
+    r.add_argument("--mdlm-anchor-layers", type=int, default=None, help="blocks A of that TADM (default: half the rest)")
+    r.add_argument("--tag", default="", help="a variant's suffix for result.json and evals/ (trained stages are shared)")
+    r.add_argument("--only", nargs="+", default=None, metavar="PREFIX",
+                   help="evaluate only the configurations whose names start with these (e.g. mdlm: tadm_m: mdlm_stale:)")
     r.add_argument("--lr", type=float, default=2e-4, help="MDLM SFT learning rate")
     r.add_argument("--window", type=int, default=16, help="response window = sampler steps")
     r.add_argument("--n", type=int, default=200, help="held-out problems")
@@ -322,11 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("aggregate", help="pool finished seeds into one JSON")
     g.add_argument("--workdir", default="runs/diffusion_reasoning")
     g.add_argument("--out", default="benchmarks/results/diffusion_reasoning.json")
+    g.add_argument("--tag", default="", help="aggregate the seeds' result<TAG>.json")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if a.cmd == "run":
         return run_main(a)
-    results = [json.loads(f.read_text()) for f in sorted(Path(a.workdir).glob("seed*/result.json"))]
+    results = [json.loads(f.read_text()) for f in sorted(Path(a.workdir).glob(f"seed*/result{a.tag}.json"))]
     if not results:
         raise SystemExit(f"no finished seed under {a.workdir}")
     out = aggregate(results)
@@ -336,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'configuration':22s} accuracy [95% CI]      speed-up vs ADLM / MDLM (K=1)  per seed")
     for name, row in out["table"].items():
         lo, hi = row["accuracy_ci95"]
-        print(f"{name:22s} {row['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  {row['speedup_vs_adlm_k1']:.2f}x / "
+        print(f"{name:22s} {row['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  {row.get('speedup_vs_adlm_k1', float('nan')):.2f}x / "
               f"{row['speedup_vs_mdlm_k1']:.2f}x  {row['per_seed']}")
     return 0
 
