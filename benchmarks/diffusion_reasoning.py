@@ -68,20 +68,15 @@ KS = (1, 2, 3, 4, 8)
 EVAL_SEED = 4242  # the held-out problems' generator seed; SFT draws from the run seed (0, 1, 2)
 
 
-def problem_size(hops: int) -> dict:
-    from anchored_reasoning.generators.prosqa import ladder_size
-
-    return ladder_size(hops)
-
-
 def train_seed(args) -> dict[str, Path]:
     """Starts, SFT (MDLM, ADLM) and TADM post-training for one seed; every stage reused when present."""
+    from anchored_reasoning.generators.prosqa import ladder_size
+    from anchored_reasoning.models.ar_init import build_start
     from anchored_reasoning.train import diffusion as dtrain
     from anchored_reasoning.train import tadm as ttrain
-    from anchored_reasoning.models.ar_init import build_start
 
     work = Path(args.workdir) / f"seed{args.seed}"
-    size = "{" + ", ".join(f"{k}: {v}" for k, v in problem_size(args.hops).items()) + "}"
+    size = "{" + ", ".join(f"{k}: {v}" for k, v in ladder_size(args.hops).items()) + "}"
     data = [f"data.train.n={args.train_n}", f"data.train.seed={args.seed}", f"data.train.params={size}", "method.name=cot",
             f"training.response_length={args.window}", f"seed={args.seed}"]
     dirs = {}
@@ -110,11 +105,11 @@ def train_seed(args) -> dict[str, Path]:
 
 
 def held_out(args) -> list:
-    from anchored_reasoning.generators.prosqa import generate_dataset
+    from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
 
     # the same problems for every seed (paired across seeds), minus any question this seed trained on
-    seen = {ex.question for ex in generate_dataset(args.train_n, seed=args.seed, **problem_size(args.hops))}
-    pool = generate_dataset(args.n * 2, seed=EVAL_SEED, split="held", **problem_size(args.hops))
+    seen = {ex.question for ex in generate_dataset(args.train_n, seed=args.seed, **ladder_size(args.hops))}
+    pool = generate_dataset(args.n * 2, seed=EVAL_SEED, split="held", **ladder_size(args.hops))
     held = [ex for ex in pool if ex.question not in seen][: args.n]
     if len(held) < args.n:
         raise RuntimeError(f"only {len(held)} held-out problems unseen in training; lower --n")
@@ -125,7 +120,7 @@ def evaluate(model, tok, method, examples, sampler: dict, out_dir: Path, args) -
     """One greedy runner pass from scratch with these sampler options (``anchor_refresh_every``,
     ``block_length``, ``kv_cache``); (summary, per-problem correctness in order, wall seconds)."""
     from anchored_reasoning.backends.diffusion import DiffusionBackend
-    from anchored_reasoning.eval.runner import run_eval
+    from anchored_reasoning.eval.runner import load_records, run_eval
 
     backend = DiffusionBackend(model, tokenizer=tok, sampler="low_confidence", steps=args.window, gen_length=args.window,
                                batch_size=args.eval_batch, device="cpu", **sampler)
@@ -133,11 +128,7 @@ def evaluate(model, tok, method, examples, sampler: dict, out_dir: Path, args) -
     t0 = time.perf_counter()
     summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=args.window, progress=False)
     secs = time.perf_counter() - t0
-    by_id = {}
-    with open(out_dir / "records.jsonl") as fh:
-        for line in fh:
-            r = json.loads(line)
-            by_id[r["id"]] = bool(r.get("correct"))
+    by_id = {r["id"]: bool(r.get("correct")) for r in load_records(out_dir / "records.jsonl")}
     return summary, [by_id[ex.id] for ex in examples], secs
 
 
@@ -163,8 +154,8 @@ def run_main(args) -> int:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from anchored_reasoning.eval.choice import masked_choice
-    from anchored_reasoning.models import TADM
     from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.models import TADM
 
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
@@ -247,10 +238,15 @@ def aggregate(results: list[dict]) -> dict:
                        "per_seed": [p["accuracy"] for p in per], "no_answer_per_seed": [p["no_answer"] for p in per],
                        "tokens_per_s": float(np.mean([p["tokens_per_s"] for p in per])),
                        "vs_chance": "above" if acc["ci_low"] > CHANCE else "below" if acc["ci_high"] < CHANCE else "at"}
-    for name, row in table.items():  # speed-ups per seed (side by side in one process), then averaged
+
+    def speedup(name: str, ref: str) -> float:
+        """tokens/s of ``name`` over ``ref``'s, per seed (side by side in one process), then averaged."""
+        return float(np.mean([r["rows"][name]["tokens_per_s"] / r["rows"][ref]["tokens_per_s"] for r in results]))
+
+    for name, row in table.items():
         if "adlm:1" in table:  # (absent from a slice run with --only)
-            row["speedup_vs_adlm_k1"] = float(np.mean(
-                [r["rows"][name]["tokens_per_s"] / r["rows"]["adlm:1"]["tokens_per_s"] for r in results]))
+            row["speedup_vs_adlm_k1"] = speedup(name, "adlm:1")
+        row["speedup_vs_mdlm_k1"] = speedup(name, "mdlm:1")  # the TADM from the MDLM: against its own source
 
     def paired(a: str, b: str) -> dict:
         boot = paired_bootstrap_diff(pooled([r["rows"][a]["correct"] for r in results]),
@@ -271,11 +267,7 @@ def aggregate(results: list[dict]) -> dict:
         for cache in ("prefix", "dual"):
             if f"{stem}:{cache}" in table:
                 tests.append(paired(f"{stem}:{cache}", base))
-                table[f"{stem}:{cache}"]["speedup_vs_uncached"] = float(np.mean(
-                    [r["rows"][f"{stem}:{cache}"]["tokens_per_s"] / r["rows"][base]["tokens_per_s"] for r in results]))
-    for name, row in table.items():  # against the MDLM sampled in one block (TADM from the MDLM: its own source)
-        row["speedup_vs_mdlm_k1"] = float(np.mean([r["rows"][name]["tokens_per_s"] / r["rows"]["mdlm:1"]["tokens_per_s"]
-                                                   for r in results]))
+                table[f"{stem}:{cache}"]["speedup_vs_uncached"] = speedup(f"{stem}:{cache}", base)
 
     def goal_of(tadm: str, ref: str, speed_key: str) -> dict:
         t3 = next(t for t in tests if t["a"] == tadm and t["b"] == ref)
@@ -293,8 +285,7 @@ def aggregate(results: list[dict]) -> dict:
     blocks = [n for n in table if n.startswith("tadm_m3_block") and n.endswith(":none")]
     for name in blocks:  # the same with block sampling: the anchor is refreshed at each block's first call too
         ref = name.replace("tadm_m3_", "mdlm_")
-        table[name]["speedup_vs_source"] = float(np.mean([r["rows"][name]["tokens_per_s"] / r["rows"][ref]["tokens_per_s"]
-                                                          for r in results]))
+        table[name]["speedup_vs_source"] = speedup(name, ref)
         tests.append(paired(name, ref))
         goal["mdlm_tadm_blocks"] = goal_of(name, ref, "speedup_vs_source")
     forced = {m: {"per_seed": [r["forced_choice"][m] for r in results],

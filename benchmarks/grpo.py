@@ -64,6 +64,11 @@ def stamp(args: argparse.Namespace) -> dict[str, Any]:
                        + " ".join(sys.argv[1:])}
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (as the JSON records it)."""
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
 def write(out: Path, result: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
@@ -268,7 +273,7 @@ def train_bench(args: argparse.Namespace) -> dict[str, Any]:
     result["reward_curves"] = {k: v for k, v in curves.items()}
     png = Path(args.png)
     plot(curves, png)
-    result["reward_curves_png"] = str(png.relative_to(ROOT) if png.is_relative_to(ROOT) else png)
+    result["reward_curves_png"] = shown(png)
     return result
 
 
@@ -299,7 +304,7 @@ def diffusion_only(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     result = json.loads(out.read_text()) if out.is_file() else {}
     curves: dict[str, list[tuple[int, float]]] = {}
     row = diffusion_bench(args, Path(args.work), curves)
-    row["reward_curves_png"] = str(Path(args.png).relative_to(ROOT) if Path(args.png).is_relative_to(ROOT) else args.png)
+    row["reward_curves_png"] = shown(Path(args.png))
     row.update(stamp(args), eval_generator=args.eval_generator, eval_limit=args.eval_limit)
     plot(curves, Path(args.png))
     result[args.diffusion_key] = row
@@ -355,8 +360,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "diffusion":
         if not args.diffusion_sft and not args.smoke:
             raise SystemExit("diffusion mode needs --diffusion-sft (a diffusion SFT checkpoint above chance)")
-        if args.png == str(RESULTS / "grpo_rewards.png"):
-            args.png = str(RESULTS / "grpo_diffusion_rewards.png") if not args.smoke else args.png
+        if args.png == str(RESULTS / "grpo_rewards.png"):  # (--smoke has already put it beside --out)
+            args.png = str(RESULTS / "grpo_diffusion_rewards.png")
         write(out, diffusion_only(args, out))
         return
     result = measure_cost(args) if args.mode == "cost" else train_bench(args)

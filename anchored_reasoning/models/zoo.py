@@ -167,9 +167,9 @@ def _ar_init_start(arch: str) -> Callable[[], str]:
     def materialize() -> str:
         out = cache_dir() / "models" / f"logic-{arch}-shift"
         if not (out / "model.safetensors").is_file():
-            from anchored_reasoning.models.ar_init import build_start
-
             import shutil
+
+            from anchored_reasoning.models.ar_init import build_start
 
             model, tok, _ = build_start(arch, "ar", init_from=LOGIC_SHIFT_DIR, shift_logits=True, seed=0)
             tmp = out.with_name(out.name + ".tmp")  # written whole, then moved: a killed build leaves no half model
