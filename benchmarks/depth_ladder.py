@@ -260,14 +260,31 @@ def check_mergeable(out: Path, labels: list[str], seeds: list[int]) -> None:
     if not out.is_file():
         return
     old = json.loads(out.read_text())
+    runs = kept_runs(old)
     for label in labels:
         had = set((old.get("methods", {}).get(label) or {}).get("seeds", []))
-        kept = {int(s) for s in old.get("_runs", {}).get(label, {})}
+        kept = {int(s) for s in runs.get(label, {})}
         lost = sorted(had - kept - set(seeds))
         if lost:
             raise SystemExit(f"{out}: {label} has seeds {lost} without their per-problem records, so seeds {seeds} "
                              f"cannot be merged with them; add {lost} to --seeds (their finished runs in --work are "
                              "reused) or write to another --out")
+
+
+def kept_runs(old: dict[str, Any]) -> dict[str, dict[str, dict]]:
+    """The per-seed runs a JSON keeps (``_runs``). A JSON written before ``_runs`` existed still holds a
+    single-seed method's per-problem record whole: its ``_per_problem`` is that seed's 0/1 correctness, so
+    the run is rebuilt from it and ``per_seed``; a method of several seeds kept only their average."""
+    runs = {label: dict(r) for label, r in old.get("_runs", {}).items()}
+    for label, entry in old.get("methods", {}).items():
+        per_problem = old.get("_per_problem", {}).get(label, {})
+        if label in runs or len(entry.get("per_seed", [])) != 1 or not per_problem:
+            continue
+        if any(v not in (0, 1) for v in per_problem.values()):
+            continue
+        run = {**entry["per_seed"][0], "_correct": {i: bool(v) for i, v in per_problem.items()}}
+        runs[label] = {str(run["seed"]): run}
+    return runs
 
 
 def merge_runs(old: dict[str, dict], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -287,7 +304,7 @@ def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int
         merged = json.loads(out.read_text()) if out.is_file() else {}
         methods = merged.setdefault("methods", {})
         hidden = merged.setdefault("_per_problem", {})
-        kept = merged.setdefault("_runs", {})
+        kept = merged["_runs"] = kept_runs(merged)
         for label, new in runs.items():
             all_runs = merge_runs(kept.get(label, {}), new)
             kept[label] = {str(r["seed"]): r for r in all_runs}

@@ -49,3 +49,24 @@ def test_a_json_without_per_seed_records_is_refused_before_training(tmp_path):
         ladder.check_mergeable(out, ["cot"], [2])
     ladder.check_mergeable(out, ["cot"], [0, 1, 2])  # all seeds named: their runs are re-aggregated
     ladder.check_mergeable(out, ["nocot"], [2])  # another method: nothing to merge
+
+
+def test_a_single_seed_entry_written_before_runs_were_kept_is_rebuilt(tmp_path, monkeypatch):
+    """The committed ladder predates ``_runs``; a method of one seed keeps that seed's 0/1 record whole
+    in ``_per_problem``, so seeds added later merge with it (a 3-seed method's average cannot be split)."""
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    out = tmp_path / "ladder.json"
+    every, half = set(HOPS), {i for i in HOPS if HOPS[i] == 1}
+    ladder._write(out, {"cot": [fake_run(0, half)]}, HOPS, args_for([0]), 0.0)
+    ladder._write(out, {"nocot": [fake_run(0, half), fake_run(1, every)]}, HOPS, args_for([0, 1]), 0.0)
+    old = json.loads(out.read_text())
+    del old["_runs"]  # as written before 2026-12-02
+    out.write_text(json.dumps(old))
+    ladder.check_mergeable(out, ["cot"], [1])  # rebuilt: no refusal
+    with pytest.raises(SystemExit, match="nocot has seeds"):
+        ladder.check_mergeable(out, ["nocot"], [2])  # two seeds' average: not rebuilt
+    ladder._write(out, {"cot": [fake_run(1, every)]}, HOPS, args_for([1]), 0.0)
+    entry = json.loads(out.read_text())["methods"]["cot"]
+    assert entry["seeds"] == [0, 1]
+    assert entry["accuracy"] == pytest.approx(0.75)
+    assert entry["by_hops"]["2"]["accuracy"] == pytest.approx(0.5)
