@@ -128,6 +128,7 @@ def evaluate(model, tok, method, examples, sampler: dict, out_dir: Path, args) -
     t0 = time.perf_counter()
     summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=args.window, progress=False)
     secs = time.perf_counter() - t0
+    summary["anchor_refresh_fraction"] = backend.anchor_refresh_fraction  # None without an anchor cache
     by_id = {r["id"]: bool(r.get("correct")) for r in load_records(out_dir / "records.jsonl")}
     return summary, [by_id[ex.id] for ex in examples], secs
 
@@ -298,10 +299,8 @@ def aggregate(results: list[dict]) -> dict:
             "machine": first["machine"], "threads": "one 1-thread process per seed, two at a time on 2 cores"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="train and evaluate one seed")
+def add_run_args(r: argparse.ArgumentParser) -> None:
+    """``run``'s options: what trains a seed's models and where (also read by anchor_refresh.py)."""
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--workdir", default="runs/diffusion_reasoning")
     r.add_argument("--init-from", default="logic-gpt2-shift")
@@ -325,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--repeats", type=int, default=3)
     r.add_argument("--block", type=int, default=4, help="block length of the KV-cache group")
     r.add_argument("--threads", type=int, default=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    add_run_args(sub.add_parser("run", help="train and evaluate one seed"))
     g = sub.add_parser("aggregate", help="pool finished seeds into one JSON")
     g.add_argument("--workdir", default="runs/diffusion_reasoning")
     g.add_argument("--out", default="benchmarks/results/diffusion_reasoning.json")
@@ -337,15 +342,20 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         raise SystemExit(f"no finished seed under {a.workdir}")
     out = aggregate(results)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("seeds", "goal_check")}, indent=1))
     print(f"{'configuration':22s} accuracy [95% CI]      speed-up vs ADLM / MDLM (K=1)  per seed")
-    for name, row in out["table"].items():
-        lo, hi = row["accuracy_ci95"]
-        print(f"{name:22s} {row['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  {row.get('speedup_vs_adlm_k1', float('nan')):.2f}x / "
-              f"{row['speedup_vs_mdlm_k1']:.2f}x  {row['per_seed']}")
+    write_pooled(a.out, out, ("seeds", "goal_check"), lambda name, row: (
+        f"{name:22s} {row['accuracy']:.3f} [{row['accuracy_ci95'][0]:.3f}, {row['accuracy_ci95'][1]:.3f}]  "
+        f"{row.get('speedup_vs_adlm_k1', float('nan')):.2f}x / {row['speedup_vs_mdlm_k1']:.2f}x  {row['per_seed']}"))
     return 0
+
+
+def write_pooled(path: str, out: dict, head: tuple[str, ...], line) -> None:
+    """Write a pooled result, then print its ``head`` keys and one ``line(name, row)`` per table row."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: out[k] for k in head}, indent=1))
+    for name, row in out["table"].items():
+        print(line(name, row))
 
 
 if __name__ == "__main__":

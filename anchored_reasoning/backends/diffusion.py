@@ -57,7 +57,9 @@ class DiffusionBackend:
     ``model``: a checkpoint directory / Hub id (loaded with
     :func:`~anchored_reasoning.sampling.load_masked_diffusion_model`) or an already built model
     (then pass ``tokenizer``). Other keyword options are :class:`SamplerConfig` fields
-    (``eta``, ``t_on``, ``t_off``, ``alpha_on``, ``threshold``, ``top_k``, ``stop_at_eos``).
+    (``eta``, ``t_on``, ``t_off``, ``alpha_on``, ``threshold``, ``top_k``, ``stop_at_eos``,
+    ``anchor_refresh_every``, ``anchor_refresh_below``, ``kv_cache``). With an anchor cache,
+    :attr:`anchor_refresh_fraction` is the share of rows x model calls that ran the anchor network.
     """
 
     name = "diffusion"
@@ -98,6 +100,7 @@ class DiffusionBackend:
         if unknown:
             raise ConfigError(f"diffusion backend: unknown option(s) {sorted(unknown)}; sampler options are {sorted(known)}")
         self.batch_size = int(batch_size)
+        self._refreshed = [0.0, 0]  # anchor-network rows x calls, rows x calls (anchor-cached batches)
         self.steps = int(steps) if steps is not None else None
         self.gen_length = int(gen_length) if gen_length is not None else None
         self.block_length = int(block_length) if block_length is not None else None
@@ -287,8 +290,17 @@ class DiffusionBackend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         share = (time.perf_counter() - t0) / len(ids)
+        if _stats.anchor_refresh_fraction is not None:
+            self._refreshed[0] += _stats.anchor_refresh_fraction * len(ids) * _stats.nfe
+            self._refreshed[1] += len(ids) * _stats.nfe
         gen = out[:, width:].tolist()
         return [self._finish(tokens, stop, share) for tokens, stop in zip(gen, stops)]
+
+    @property
+    def anchor_refresh_fraction(self) -> float | None:
+        """Rows x model calls that ran the anchor network, over rows x calls, over every batch so far
+        with an anchor cache (1/K for K-periodic refresh); None when none had one."""
+        return self._refreshed[0] / self._refreshed[1] if self._refreshed[1] else None
 
     def _finish(self, tokens: list[int], stop: list[str], seconds: float) -> Completion:
         """Cut at the first EOS, then at the earliest stop string; count the tokens kept."""

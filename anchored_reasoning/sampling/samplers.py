@@ -25,7 +25,8 @@ block can re-mask (``stats.can_remask`` tells which steps can), and every token 
 mask token is always excluded here). By default :func:`make_model_fn` calls
 ``model(input_ids=z, attention_mask=...)``; pass your own ``model_fn`` to insert an anchor cache
 (TADM) or any other policy; ``anchor_refresh_every=K > 1`` does that for you with
-:class:`~.cache.AnchorCacheModelFn` (the anchor is recomputed every K model calls).
+:class:`~.cache.AnchorCacheModelFn` (the anchor is recomputed every K model calls), and
+``anchor_refresh_below=tau`` also refreshes a row whose next token is a hard one (cache.py).
 ``kv_cache="prefix"``/``"dual"`` (our MDLM/ADLM/TADM only) uses :class:`~.kv_cache.KVCacheModelFn`,
 Fast-dLLM's approximate KV cache: a full pass at each block's start, then only the block (and, for
 "prefix", the masked suffix) is recomputed; it composes with ``anchor_refresh_every``. A block-aware
@@ -83,6 +84,9 @@ class SamplerConfig:
     stop_at_eos: bool = False
     eos_token_id: int | None = None
     anchor_refresh_every: int = 1  # K: two-stage models (ADLM, TADM) reuse the anchor for K model calls
+    # tau: also refresh a row's anchor at a step whose next token is predicted below this probability
+    # (K stays the maximum staleness); see cache.py. None: K-periodic only
+    anchor_refresh_below: float | None = None
     kv_cache: str = "none"  # "prefix" / "dual": Fast-dLLM's approximate KV cache per block (our models; kv_cache.py)
 
     def __post_init__(self) -> None:
@@ -102,6 +106,11 @@ class SamplerConfig:
             (not self.stop_at_eos or self.eos_token_id is not None, "stop_at_eos=True needs eos_token_id"),
             (self.anchor_refresh_every >= 1, f"anchor_refresh_every={self.anchor_refresh_every} must be >= 1"),
             (self.kv_cache in ("none", "prefix", "dual"), f"kv_cache={self.kv_cache!r}: choose none, prefix or dual"),
+            (self.anchor_refresh_below is None or 0 < self.anchor_refresh_below <= 1,
+             f"anchor_refresh_below={self.anchor_refresh_below} must be in (0, 1] (or None)"),
+            (self.anchor_refresh_below is None or self.kv_cache == "none",
+             f"anchor_refresh_below with kv_cache={self.kv_cache!r}: the confidence-triggered refresh is not "
+             "implemented for the KV cache; use anchor_refresh_every alone there"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -137,6 +146,7 @@ class SampleStats:
     filled_after_eos: list[int] = field(default_factory=list)
     nfe: int = 0
     seconds: float = 0.0
+    anchor_refresh_fraction: float | None = None  # rows x calls that ran the anchor network (anchor cache only)
 
     @property
     def steps(self) -> int:
@@ -267,10 +277,11 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
         from .kv_cache import KVCacheModelFn
 
         model_fn = KVCacheModelFn(model, cfg.kv_cache, cfg.anchor_refresh_every, full_mask)
-    if model_fn is None and cfg.anchor_refresh_every > 1:  # the anchor-cache policy (TADM); K = 1 is the plain model
+    refreshing = cfg.anchor_refresh_every > 1 or cfg.anchor_refresh_below is not None
+    if model_fn is None and refreshing:  # the anchor-cache policy (TADM); K = 1 alone is the plain model
         from .cache import AnchorCacheModelFn
 
-        model_fn = AnchorCacheModelFn(model, cfg.anchor_refresh_every, full_mask)
+        model_fn = AnchorCacheModelFn(model, cfg.anchor_refresh_every, full_mask, cfg.anchor_refresh_below, mask_id)
     fn = model_fn or make_model_fn(model, full_mask)
     stats = SampleStats(gen_length=cfg.gen_length, prompt_length=plen, filled_after_eos=[0] * bsz)
     gen = torch.Generator(device=device if device.type == "cuda" else "cpu").manual_seed(cfg.seed)
@@ -284,6 +295,8 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
             fn.start_block(plen + s, plen + e)
         step = _run_block(fn, x, plen + s, plen + e, n_steps, b, step, mask_id, cfg, gen, stats, callback)
     stats.seconds = time.perf_counter() - start_time
+    if hasattr(fn, "refresh_fraction"):
+        stats.anchor_refresh_fraction = fn.refresh_fraction
     return x, stats
 
 
