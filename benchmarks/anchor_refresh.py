@@ -144,16 +144,12 @@ def run_main(args) -> int:
 
 
 def aggregate(results: list[dict], match_k: int) -> dict:
-    from anchored_reasoning.eval.compare import mcnemar_exact
-    from anchored_reasoning.eval.metrics import mean_ci, paired_bootstrap_diff
+    from anchored_reasoning.eval.metrics import mean_ci
 
     ids = results[0]["held_out_ids"]
     if any(r["held_out_ids"] != ids for r in results):
         raise ValueError("seeds were tested on different problems; the paired tests need the same ones")
     names = list(results[0]["rows"])
-
-    def ratio(a: str, b: str) -> float:  # per seed (side by side in one process), then averaged
-        return float(np.mean([r["rows"][a]["tokens_per_s"] / r["rows"][b]["tokens_per_s"] for r in results]))
 
     table = {}
     for name in names:
@@ -161,18 +157,12 @@ def aggregate(results: list[dict], match_k: int) -> dict:
         acc = mean_ci(dr.pooled([p["correct"] for p in per]))
         table[name] = {"accuracy": acc["mean"], "accuracy_ci95": [acc["ci_low"], acc["ci_high"]],
                        "per_seed": [p["accuracy"] for p in per], "refresh_fraction_per_seed": [p["refresh_fraction"] for p in per],
-                       "speedup_vs_tadm_k1": ratio(name, "tadm_m:1"), "speedup_vs_mdlm": ratio(name, "mdlm:1")}
-
-    def paired(a: str, b: str) -> dict:
-        x = [r["rows"][a]["correct"] for r in results]
-        y = [r["rows"][b]["correct"] for r in results]
-        boot = paired_bootstrap_diff(dr.pooled(x), dr.pooled(y))
-        mc = [mcnemar_exact(sum(p and not q for p, q in zip(u, v)), sum(q and not p for p, q in zip(u, v))) for u, v in zip(x, y)]
-        return {"a": a, "b": b, "diff": boot["diff"], "ci95": [boot["ci_low"], boot["ci_high"]], "mcnemar_p_per_seed": mc}
+                       "speedup_vs_tadm_k1": dr.speedup_of(results, name, "tadm_m:1"),
+                       "speedup_vs_mdlm": dr.speedup_of(results, name, "mdlm:1")}
 
     periodic = f"tadm_m:{match_k}"
-    tests = [paired("tadm_m:picked", "tadm_m:1"), paired(periodic, "tadm_m:1"), paired("tadm_m:picked", periodic),
-             paired("tadm_m:1", "mdlm:1")]
+    tests = [dr.paired_of(results, a, b) for a, b in
+             (("tadm_m:picked", "tadm_m:1"), (periodic, "tadm_m:1"), ("tadm_m:picked", periodic), ("tadm_m:1", "mdlm:1"))]
     goal = {}
     for name in ("tadm_m:picked", periodic):
         t = next(t for t in tests if t["a"] == name and t["b"] == "tadm_m:1")
@@ -215,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         raise SystemExit(f"no finished seed under {a.workdir}")
     out = aggregate(results, a.match_k)
-    dr.write_pooled(a.out, out, ("seeds", "picked_per_seed", "goal_check"), lambda name, row: (
+    dr.write_pooled(a.out, out, ("seeds", "picked_per_seed", "goal_check"), None, lambda name, row: (
         f"{name:16s} {row['accuracy']:.3f} [{row['accuracy_ci95'][0]:.3f}, {row['accuracy_ci95'][1]:.3f}]  "
         f"{row['speedup_vs_tadm_k1']:.2f}x vs TADM K=1  {row['speedup_vs_mdlm']:.2f}x vs MDLM  "
         f"anchor share {row['refresh_fraction_per_seed']}"))

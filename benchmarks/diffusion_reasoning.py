@@ -223,9 +223,27 @@ def pooled(per_seed: list[list[bool]]) -> np.ndarray:
     return np.mean(np.asarray(per_seed, dtype=float), axis=0)
 
 
-def aggregate(results: list[dict]) -> dict:
+def speedup_of(results: list[dict], name: str, ref: str) -> float:
+    """tokens/s of ``name`` over ``ref``'s, per seed (side by side in one process), then averaged."""
+    return float(np.mean([r["rows"][name]["tokens_per_s"] / r["rows"][ref]["tokens_per_s"] for r in results]))
+
+
+def paired_of(results: list[dict], a: str, b: str) -> dict:
+    """a - b: bootstrap over problems of the seed-averaged correctness, and an exact McNemar per seed."""
     from anchored_reasoning.eval.compare import mcnemar_exact
-    from anchored_reasoning.eval.metrics import mean_ci, paired_bootstrap_diff
+    from anchored_reasoning.eval.metrics import paired_bootstrap_diff
+
+    boot = paired_bootstrap_diff(pooled([r["rows"][a]["correct"] for r in results]),
+                                 pooled([r["rows"][b]["correct"] for r in results]))
+    mc = []
+    for r in results:
+        x, y = r["rows"][a]["correct"], r["rows"][b]["correct"]
+        mc.append(mcnemar_exact(sum(p and not q for p, q in zip(x, y)), sum(q and not p for p, q in zip(x, y))))
+    return {"a": a, "b": b, "diff": boot["diff"], "ci95": [boot["ci_low"], boot["ci_high"]], "mcnemar_p_per_seed": mc}
+
+
+def aggregate(results: list[dict]) -> dict:
+    from anchored_reasoning.eval.metrics import mean_ci
 
     ids = results[0]["held_out_ids"]
     if any(r["held_out_ids"] != ids for r in results):
@@ -241,8 +259,7 @@ def aggregate(results: list[dict]) -> dict:
                        "vs_chance": "above" if acc["ci_low"] > CHANCE else "below" if acc["ci_high"] < CHANCE else "at"}
 
     def speedup(name: str, ref: str) -> float:
-        """tokens/s of ``name`` over ``ref``'s, per seed (side by side in one process), then averaged."""
-        return float(np.mean([r["rows"][name]["tokens_per_s"] / r["rows"][ref]["tokens_per_s"] for r in results]))
+        return speedup_of(results, name, ref)
 
     for name, row in table.items():
         if "adlm:1" in table:  # (absent from a slice run with --only)
@@ -250,13 +267,7 @@ def aggregate(results: list[dict]) -> dict:
         row["speedup_vs_mdlm_k1"] = speedup(name, "mdlm:1")  # the TADM from the MDLM: against its own source
 
     def paired(a: str, b: str) -> dict:
-        boot = paired_bootstrap_diff(pooled([r["rows"][a]["correct"] for r in results]),
-                                     pooled([r["rows"][b]["correct"] for r in results]))
-        mc = []
-        for r in results:
-            x, y = r["rows"][a]["correct"], r["rows"][b]["correct"]
-            mc.append(mcnemar_exact(sum(p and not q for p, q in zip(x, y)), sum(q and not p for p, q in zip(x, y))))
-        return {"a": a, "b": b, "diff": boot["diff"], "ci95": [boot["ci_low"], boot["ci_high"]], "mcnemar_p_per_seed": mc}
+        return paired_of(results, a, b)
 
     pairs = [("adlm:1", "mdlm:1"), ("tadm:1", "adlm:1")] + [(f"tadm:{k}", "adlm:1") for k in KS[1:]]
     pairs += [(f"adlm_stale:{k}", "adlm:1") for k in KS[1:]] + [(f"tadm_m:{k}", "mdlm:1") for k in KS]
@@ -342,18 +353,20 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         raise SystemExit(f"no finished seed under {a.workdir}")
     out = aggregate(results)
-    print(f"{'configuration':22s} accuracy [95% CI]      speed-up vs ADLM / MDLM (K=1)  per seed")
-    write_pooled(a.out, out, ("seeds", "goal_check"), lambda name, row: (
+    header = f"{'configuration':22s} accuracy [95% CI]      speed-up vs ADLM / MDLM (K=1)  per seed"
+    write_pooled(a.out, out, ("seeds", "goal_check"), header, lambda name, row: (
         f"{name:22s} {row['accuracy']:.3f} [{row['accuracy_ci95'][0]:.3f}, {row['accuracy_ci95'][1]:.3f}]  "
         f"{row.get('speedup_vs_adlm_k1', float('nan')):.2f}x / {row['speedup_vs_mdlm_k1']:.2f}x  {row['per_seed']}"))
     return 0
 
 
-def write_pooled(path: str, out: dict, head: tuple[str, ...], line) -> None:
-    """Write a pooled result, then print its ``head`` keys and one ``line(name, row)`` per table row."""
+def write_pooled(path: str, out: dict, head: tuple[str, ...], header: str | None, line) -> None:
+    """Write a pooled result, then print its ``head`` keys, ``header`` and one ``line(name, row)`` per table row."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out[k] for k in head}, indent=1))
+    if header:
+        print(header)
     for name, row in out["table"].items():
         print(line(name, row))
 
