@@ -85,6 +85,7 @@ def test_the_threshold_moves_the_cost_between_the_periodic_and_the_full_refresh(
         plain, _ = sample(model, prompts, cfg.replace(anchor_refresh_every=1))
         tiny_tau, s_tiny = sample(model, prompts, cfg.replace(anchor_refresh_below=1e-9))
     assert s_periodic.anchor_refresh_fraction == pytest.approx(3 / 12)  # steps 0, 4, 8
+    assert (s_periodic.anchor_rows, s_periodic.row_calls) == (3 * 3, 3 * 12)  # the exact counts behind it
     # tau = 1: every step with a masked position is hard, so each call refreshes: the uncached model
     assert s_always.anchor_refresh_fraction == pytest.approx(1.0) and torch.equal(always, plain)
     # a tau nothing falls below: exactly the periodic cache

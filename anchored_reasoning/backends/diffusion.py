@@ -100,7 +100,7 @@ class DiffusionBackend:
         if unknown:
             raise ConfigError(f"diffusion backend: unknown option(s) {sorted(unknown)}; sampler options are {sorted(known)}")
         self.batch_size = int(batch_size)
-        self._refreshed = [0.0, 0]  # anchor-network rows x calls, rows x calls (anchor-cached batches)
+        self._refreshed = [0, 0]  # anchor-network rows x calls, rows x calls (anchor-cached batches)
         self.steps = int(steps) if steps is not None else None
         self.gen_length = int(gen_length) if gen_length is not None else None
         self.block_length = int(block_length) if block_length is not None else None
@@ -290,9 +290,9 @@ class DiffusionBackend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         share = (time.perf_counter() - t0) / len(ids)
-        if _stats.anchor_refresh_fraction is not None:
-            self._refreshed[0] += _stats.anchor_refresh_fraction * len(ids) * _stats.nfe
-            self._refreshed[1] += len(ids) * _stats.nfe
+        if _stats.row_calls:
+            self._refreshed[0] += _stats.anchor_rows
+            self._refreshed[1] += _stats.row_calls
         gen = out[:, width:].tolist()
         return [self._finish(tokens, stop, share) for tokens, stop in zip(gen, stops)]
 

@@ -147,6 +147,8 @@ class SampleStats:
     nfe: int = 0
     seconds: float = 0.0
     anchor_refresh_fraction: float | None = None  # rows x calls that ran the anchor network (anchor cache only)
+    anchor_rows: int | None = None  # the numerator: rows the anchor network ran on, summed over calls
+    row_calls: int | None = None  # the denominator: rows x model calls
 
     @property
     def steps(self) -> int:
@@ -297,6 +299,7 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
     stats.seconds = time.perf_counter() - start_time
     if hasattr(fn, "refresh_fraction"):
         stats.anchor_refresh_fraction = fn.refresh_fraction
+        stats.anchor_rows, stats.row_calls = fn.anchor_rows, fn.row_calls
     return x, stats
 
 
