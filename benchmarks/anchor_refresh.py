@@ -143,7 +143,7 @@ def run_main(args) -> int:
     return 0
 
 
-def aggregate(results: list[dict], match_k: int) -> dict:
+def aggregate(results: list[dict], match_k: int, note: str | None = None) -> dict:
     from anchored_reasoning.eval.metrics import mean_ci
 
     ids = results[0]["held_out_ids"]
@@ -158,6 +158,7 @@ def aggregate(results: list[dict], match_k: int) -> dict:
         table[name] = {"accuracy": acc["mean"], "accuracy_ci95": [acc["ci_low"], acc["ci_high"]],
                        "per_seed": [p["accuracy"] for p in per], "refresh_fraction_per_seed": [p["refresh_fraction"] for p in per],
                        "speedup_vs_tadm_k1": dr.speedup_of(results, name, "tadm_m:1"),
+                       "speedup_vs_tadm_k1_per_seed": [dr.speedup_of([r], name, "tadm_m:1") for r in results],
                        "speedup_vs_mdlm": dr.speedup_of(results, name, "mdlm:1")}
 
     periodic = f"tadm_m:{match_k}"
@@ -178,7 +179,7 @@ def aggregate(results: list[dict], match_k: int) -> dict:
             "table": table, "paired_tests": tests, "goal_check": goal, "validation_sweep": sweep,
             "models_per_seed": [r["models"] for r in results], "settings": first["settings"],
             "commands": [r["command"] for r in results], "dates": sorted({r["date"] for r in results}),
-            "machine": first["machine"], "threads": "one 1-thread process per seed"}
+            "machine": first["machine"], "threads": "one 1-thread process per seed", "timing_note": note}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--tag", default="")
     g.add_argument("--match-k", type=int, default=3)
     g.add_argument("--out", default="benchmarks/results/anchor_refresh.json")
+    g.add_argument("--note", default=None, help="how the seeds were timed (what else ran), kept in the JSON")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if a.cmd == "run":
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [r for r in results if "rows" in r]
     if not results:
         raise SystemExit(f"no finished seed under {a.workdir}")
-    out = aggregate(results, a.match_k)
+    out = aggregate(results, a.match_k, a.note)
     dr.write_pooled(a.out, out, ("seeds", "picked_per_seed", "goal_check"), None, lambda name, row: (
         f"{name:16s} {row['accuracy']:.3f} [{row['accuracy_ci95'][0]:.3f}, {row['accuracy_ci95'][1]:.3f}]  "
         f"{row['speedup_vs_tadm_k1']:.2f}x vs TADM K=1  {row['speedup_vs_mdlm']:.2f}x vs MDLM  "
