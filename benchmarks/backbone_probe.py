@@ -7,7 +7,8 @@
 The model continues "<facts> Is X a A or B?\\n" (the pretraining format of ``--corpus questions``)
 greedily on held-out ladder problems (shortcut-free, exactly h hops). Each derivation is read step by
 step: does it start at the asked entity (binding), is its first step a fact of the problem (lookup),
-are all its steps facts, does it end at one of the options, at the right one (accuracy), and is the
+are all its steps facts, does its first step take a branch that still reaches the answer (by the
+entity's number of children, beside a random branch's score: planning), does it end at one of the options, at the right one (accuracy), and is the
 answer the same when the question asks about the other entity (``same_under_swap``: a model that
 reads the entity has 0, one that answers from the graph's shape 1). Writes one JSON.
 """
@@ -33,6 +34,28 @@ def _concept(steps: list[str]) -> str:
     return steps[-1].split(" is a ")[-1].rstrip(".") if steps else ""
 
 
+def branch_choice(rows: list[tuple[dict[str, set[str]], list[tuple[str, str]], str, str]]) -> dict:
+    """The first step's branch against the asked entity's number of children (1, 2, 3+): how often the
+    child it names still reaches the answer, beside what picking a child at random would score (the share
+    of the entity's children that reach it). Near the random share with 2+ children means the model looks
+    a fact up but does not plan which branch leads to an option."""
+    from anchored_reasoning.eval.probes import reaches
+
+    by: dict[str, list[float]] = {}
+    for children, steps, entity, answer in rows:
+        kids = sorted(children.get(entity, ()))
+        if not kids:
+            continue
+        first = steps[0][1] if steps and steps[0][0] == entity else None
+        good = [c for c in kids if reaches(children, c, answer)]
+        acc = by.setdefault(str(len(kids)) if len(kids) < 3 else "3+", [0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += first in good
+        acc[2] += len(good) / len(kids)
+    return {k: {"n": int(v[0]), "first_step_reaches_answer": v[1] / v[0], "random_branch": v[2] / v[0]}
+            for k, v in sorted(by.items())}
+
+
 def generate(backend, prompts: list[str], max_new_tokens: int = 64) -> list[str]:
     """Greedy continuations of ``" <question>\n"`` through the library's hf backend."""
     from anchored_reasoning.types import Prompt, SamplingSpec
@@ -43,7 +66,7 @@ def generate(backend, prompts: list[str], max_new_tokens: int = 64) -> list[str]
 
 def probe(model_dir: str, hops: list[int], n: int, seed: int) -> dict:
     from anchored_reasoning.backends import get_backend
-    from anchored_reasoning.eval.probes import binding_probe_examples
+    from anchored_reasoning.eval.probes import binding_probe_examples, chain_check, derivation_steps, prosqa_children
     from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
 
     backend = get_backend("hf", model_dir, batch_size=32, device="cpu")
@@ -54,6 +77,7 @@ def probe(model_dir: str, hops: list[int], n: int, seed: int) -> dict:
         texts, swapped_texts = generate(backend, [e.question for e in held]), generate(backend, [e.question for e in swapped])
         row = {"entity_first": 0, "first_step_is_a_fact": 0, "all_steps_are_facts": 0, "ends_at_an_option": 0,
                "right": 0, "same_under_swap": 0}
+        branches, errors = [], {}
         for e, t, ts in zip(held, texts, swapped_texts):
             facts = {f.strip() + "." for f in e.question[: e.question.rfind(" Is ")].split(".") if f.strip()}
             steps = _steps(t)
@@ -63,7 +87,13 @@ def probe(model_dir: str, hops: list[int], n: int, seed: int) -> dict:
             row["ends_at_an_option"] += _concept(steps) in (e.meta["answer_concept"], e.meta["neg_concept"])
             row["right"] += _concept(steps) == e.meta["answer_concept"]
             row["same_under_swap"] += bool(_concept(steps)) and _concept(steps) == _concept(_steps(ts))
+            branches.append((prosqa_children(e), derivation_steps(t), e.meta["entity"], e.meta["answer_concept"]))
+            check = chain_check(e, t)
+            kind = check["search_error"] or check["kind"]  # ok / lookup (a made-up step) / none, or the search error
+            errors[kind] = errors.get(kind, 0) + 1
         res[str(h)] = {k: v / n for k, v in row.items()}
+        res[str(h)]["by_entity_children"] = branch_choice(branches)
+        res[str(h)]["first_error"] = {k: v / n for k, v in sorted(errors.items())}
         res[str(h)]["example"] = texts[0][:160]
     return res
 
@@ -94,7 +124,11 @@ def main(argv=None) -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     for h, r in result["by_hops"].items():
-        print(h, {k: round(v, 2) for k, v in r.items() if k != "example"})
+        print(h, {k: round(v, 2) for k, v in r.items() if k not in ("example", "by_entity_children", "first_error")})
+        print("  first error:", {k: round(v, 2) for k, v in r["first_error"].items()})
+        for k, b in r["by_entity_children"].items():
+            print(f"  {k} children: n {b['n']}, first step reaches the answer {b['first_step_reaches_answer']:.2f}"
+                  f" (random branch {b['random_branch']:.2f})")
     return 0
 
 

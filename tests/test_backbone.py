@@ -176,3 +176,19 @@ def test_shipped_shift_backbone_looks_facts_up_and_reads_the_entity():
     assert shift["1"]["right"] >= 0.8 and shift["1"]["same_under_swap"] <= 0.2
     plain = backbone_probe.probe(resolve_model("logic-gpt2"), [1], 40, 777)
     assert plain["1"]["same_under_swap"] >= 0.5
+
+
+def test_probe_branch_choice_on_a_hand_built_graph():
+    """backbone_probe's branch breakdown on a graph known by hand: Tom -> a -> x (the answer),
+    Tom -> b -> c (a dead end), Tom -> d -> y (the other option)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import backbone_probe as bp
+
+    children = {"Tom": {"a", "b", "d"}, "a": {"x"}, "b": {"c"}, "d": {"y"}}
+    choice = bp.branch_choice([(children, [("Tom", "a")], "Tom", "x"), (children, [("Tom", "b"), ("b", "c")], "Tom", "x"),
+                               (children, [], "Tom", "x"), (children, [("Bob", "a")], "Tom", "x")])
+    # one of Tom's three children reaches x: a random branch scores 1/3; one of these four derivations took it
+    assert choice == {"3+": {"n": 4, "first_step_reaches_answer": 0.25, "random_branch": pytest.approx(1 / 3)}}
+    assert bp.branch_choice([({"Tom": {"a"}, "a": {"x"}}, [("Tom", "a")], "Tom", "x")])["1"]["random_branch"] == 1.0

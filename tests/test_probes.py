@@ -64,17 +64,18 @@ def test_every_real_test_problem_has_a_swap():
 
 
 def test_chain_check_tells_a_made_up_step_from_a_wrong_branch():
-    from anchored_reasoning.eval.probes import chain_check, chain_summary
+    from anchored_reasoning.eval.probes import chain_check, chain_summary, prosqa_children, reaches
 
     held = generate_dataset(40, seed=11, **ladder_size(3))
     for ex in held:
         gold = "\n".join(ex.steps) + f"[EoR]\n### {ex.answer}"
-        assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok"}
+        assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok",
+                                          "search_error": None}
         assert chain_check(ex, f"### {ex.answer}")["kind"] == "none"
         made_up = "\n".join(ex.steps[:-1] + [f"Every {ex.steps[-1].split()[1]} is a zzzpus."])
         assert chain_check(ex, made_up)["kind"] == "lookup" and chain_check(ex, made_up)["unreal"] == 1
     # a real, connected chain that ends off the answer (a wrong branch) is a search failure
-    found = 0
+    found = wrong_branch = 0
     for ex in held:
         sym, root = ex.meta["idx_to_symbol"], ex.meta["root"]
         first = [b for a, b in ex.meta["edges"] if a == root and sym[b] != ex.steps[0].split()[-1].rstrip(".")]
@@ -82,12 +83,20 @@ def test_chain_check_tells_a_made_up_step_from_a_wrong_branch():
             found += 1
             res = chain_check(ex, f"{sym[root]} is a {sym[first[0]]}.[EoR]\n### {sym[root]} is a {sym[first[0]]}.")
             assert res["kind"] == "search" and res["unreal"] == 0 and res["connected"]
-    assert found > 10
+            # the other child may still lead to the answer (the graph is a DAG): then the walk stopped short
+            below = reaches(prosqa_children(ex), sym[first[0]], sym[ex.meta["target"]])
+            assert res["search_error"] == ("stopped_short" if below else "wrong_branch")
+            wrong_branch += not below
+        # the gold walk cut before its last step stops short; its steps out of order do not chain
+        assert chain_check(ex, "\n".join(ex.steps[:-1]))["search_error"] == "stopped_short"
+        assert chain_check(ex, "\n".join(ex.steps[::-1]))["search_error"] == "disconnected"
+    assert found > 10 and wrong_branch > 5
     # the summary counts kinds per depth, and among the wrong answers
     ex = held[0]
     recs = [{"id": ex.id, "sample": 0, "completion": "Every x is a y.[EoR]", "correct": False}]
     s = chain_summary(recs, held, {ex.id: 3})
     assert s["lookup"] == 1.0 and s["wrong_by_kind"]["lookup"] == 1 and s["by_hops"]["3"]["n"] == 1
+    assert s["search_errors"] == {"disconnected": 0, "wrong_branch": 0, "wrong_option": 0, "stopped_short": 0, "dead_end": 0}
 
 
 def test_chain_check_reads_a_bare_anchor_chain():
@@ -98,7 +107,8 @@ def test_chain_check_reads_a_bare_anchor_chain():
     held = generate_dataset(20, seed=5, **ladder_size(3))
     for ex in held:
         gold = method.render(ex, "prosqa").target  # "Tom a b c[EoA]\n### Tom is a c."
-        assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok"}
+        assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok",
+                                          "search_error": None}
         # as the evaluation records it: the special tokens skipped in decoding
         assert chain_check(ex, gold.replace("[EoA]", ""))["kind"] == "ok"
         nodes = gold.split("[EoA]")[0].split()

@@ -144,12 +144,33 @@ def prosqa_children(example: Example) -> dict[str, set[str]]:
     return dict(children)
 
 
+def reaches(children: dict[str, set[str]], start: str, target: str) -> bool:
+    """Whether ``target`` is ``start`` or lies below it in the graph."""
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop()
+        if node == target:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo.extend(children.get(node, ()))
+    return False
+
+
+#: Why a ``search`` derivation (real steps, not entity-to-answer) went wrong, first cause first.
+SEARCH_ERRORS = ("disconnected", "wrong_branch", "wrong_option", "stopped_short", "dead_end")
+
+
 def chain_check(example: Example, completion: str) -> dict[str, Any]:
     """Read the derivation in ``completion`` (the sentences before ``[EoR]`` / ``###``) against the
     graph of ProsQA ``example``: ``steps`` parsed, ``unreal`` steps that are not facts of the problem,
     ``connected`` (first step from the asked entity, each next one from the last one's object),
     ``ends_at_answer``, and ``kind``: ``none`` (no step), ``lookup`` (a step made up), ``search``
-    (real steps that do not chain from the entity to the answer) or ``ok``."""
+    (real steps that do not chain from the entity to the answer) or ``ok``. For ``search``,
+    ``search_error`` says where (:data:`SEARCH_ERRORS`): the steps do not chain (``disconnected``), the
+    first step's concept cannot reach the answer (``wrong_branch``: no plan), the walk ends at the other
+    option (``wrong_option``), or it ends on the way (``stopped_short``: still above the answer) or off it
+    (``dead_end``); None otherwise."""
     row = prosqa_row_of(example)
     symbols = row["idx_to_symbol"]
     children = prosqa_children(example)
@@ -161,8 +182,14 @@ def chain_check(example: Example, completion: str) -> dict[str, Any]:
         here = b
     ends = bool(steps) and steps[-1][1] == symbols[row["target"]]
     kind = "none" if not steps else "lookup" if unreal else "ok" if connected and ends else "search"
+    error = None
+    if kind == "search":
+        answer, last = symbols[row["target"]], steps[-1][1]
+        error = ("disconnected" if not connected else "wrong_branch" if not reaches(children, steps[0][1], answer)
+                 else "wrong_option" if last == symbols[row["neg_target"]]
+                 else "stopped_short" if reaches(children, last, answer) else "dead_end")
     return {"steps": len(steps), "unreal": unreal, "connected": connected and bool(steps),
-            "ends_at_answer": ends, "kind": kind}
+            "ends_at_answer": ends, "kind": kind, "search_error": error}
 
 
 def chain_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example],
@@ -175,8 +202,10 @@ def chain_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example]
 
     def figures(sel):
         wrong = [c["kind"] for r, c in sel if not r.get("correct")]
+        errors = [c["search_error"] for _, c in sel if c["search_error"]]
         return {"n": len(sel), **{k: sum(c["kind"] == k for _, c in sel) / len(sel) for k in CHAIN_KINDS},
-                "wrong_by_kind": {k: wrong.count(k) for k in CHAIN_KINDS}}
+                "wrong_by_kind": {k: wrong.count(k) for k in CHAIN_KINDS},
+                "search_errors": {k: errors.count(k) for k in SEARCH_ERRORS}}
 
     out = figures(checked) if checked else {"n": 0}
     if hops and checked:
