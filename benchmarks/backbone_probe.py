@@ -7,8 +7,10 @@
 The model continues "<facts> Is X a A or B?\\n" (the pretraining format of ``--corpus questions``)
 greedily on held-out ladder problems (shortcut-free, exactly h hops). Each derivation is read step by
 step: does it start at the asked entity (binding), is its first step a fact of the problem (lookup),
-are all its steps facts, does its first step take a branch that still reaches the answer (by the
-entity's number of children, beside a random branch's score: planning), does it end at one of the options, at the right one (accuracy), and is the
+are all its steps facts, where does the walk first leave the right track (``first_error``: a made-up step,
+a wrong branch, stopping short, overshooting; ``eval.probes.chain_check``), does its first step take a
+branch that still reaches the answer (by the entity's number of children, beside a random branch's
+score: planning), does it end at one of the options, at the right one (accuracy), and is the
 answer the same when the question asks about the other entity (``same_under_swap``: a model that
 reads the entity has 0, one that answers from the graph's shape 1). Writes one JSON.
 """
@@ -77,7 +79,7 @@ def probe(model_dir: str, hops: list[int], n: int, seed: int) -> dict:
         texts, swapped_texts = generate(backend, [e.question for e in held]), generate(backend, [e.question for e in swapped])
         row = {"entity_first": 0, "first_step_is_a_fact": 0, "all_steps_are_facts": 0, "ends_at_an_option": 0,
                "right": 0, "same_under_swap": 0}
-        branches, errors = [], {}
+        branches, errors, branch_steps = [], {}, {}
         for e, t, ts in zip(held, texts, swapped_texts):
             facts = {f.strip() + "." for f in e.question[: e.question.rfind(" Is ")].split(".") if f.strip()}
             steps = _steps(t)
@@ -89,11 +91,14 @@ def probe(model_dir: str, hops: list[int], n: int, seed: int) -> dict:
             row["same_under_swap"] += bool(_concept(steps)) and _concept(steps) == _concept(_steps(ts))
             branches.append((prosqa_children(e), derivation_steps(t), e.meta["entity"], e.meta["answer_concept"]))
             check = chain_check(e, t)
-            kind = check["search_error"] or check["kind"]  # ok / lookup (a made-up step) / none, or the search error
+            kind = check["first_error"] or "right_walk"
             errors[kind] = errors.get(kind, 0) + 1
+            if kind == "wrong_branch":
+                branch_steps[str(check["error_step"])] = branch_steps.get(str(check["error_step"]), 0) + 1
         res[str(h)] = {k: v / n for k, v in row.items()}
         res[str(h)]["by_entity_children"] = branch_choice(branches)
         res[str(h)]["first_error"] = {k: v / n for k, v in sorted(errors.items())}
+        res[str(h)]["wrong_branch_at_step"] = dict(sorted(branch_steps.items()))  # counts, by 1-based step
         res[str(h)]["example"] = texts[0][:160]
     return res
 
@@ -124,8 +129,9 @@ def main(argv=None) -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     for h, r in result["by_hops"].items():
-        print(h, {k: round(v, 2) for k, v in r.items() if k not in ("example", "by_entity_children", "first_error")})
-        print("  first error:", {k: round(v, 2) for k, v in r["first_error"].items()})
+        print(h, {k: round(v, 2) for k, v in r.items() if k not in ("example", "by_entity_children", "first_error", "wrong_branch_at_step")})
+        print("  first error:", {k: round(v, 2) for k, v in r["first_error"].items()}, "wrong branch at step:",
+              r["wrong_branch_at_step"])
         for k, b in r["by_entity_children"].items():
             print(f"  {k} children: n {b['n']}, first step reaches the answer {b['first_step_reaches_answer']:.2f}"
                   f" (random branch {b['random_branch']:.2f})")

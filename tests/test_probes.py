@@ -70,7 +70,7 @@ def test_chain_check_tells_a_made_up_step_from_a_wrong_branch():
     for ex in held:
         gold = "\n".join(ex.steps) + f"[EoR]\n### {ex.answer}"
         assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok",
-                                          "search_error": None}
+                                          "first_error": None, "error_step": None}
         assert chain_check(ex, f"### {ex.answer}")["kind"] == "none"
         made_up = "\n".join(ex.steps[:-1] + [f"Every {ex.steps[-1].split()[1]} is a zzzpus."])
         assert chain_check(ex, made_up)["kind"] == "lookup" and chain_check(ex, made_up)["unreal"] == 1
@@ -85,18 +85,25 @@ def test_chain_check_tells_a_made_up_step_from_a_wrong_branch():
             assert res["kind"] == "search" and res["unreal"] == 0 and res["connected"]
             # the other child may still lead to the answer (the graph is a DAG): then the walk stopped short
             below = reaches(prosqa_children(ex), sym[first[0]], sym[ex.meta["target"]])
-            assert res["search_error"] == ("stopped_short" if below else "wrong_branch")
+            assert (res["first_error"], res["error_step"]) == (("stopped_short", 1) if below else ("wrong_branch", 1))
             wrong_branch += not below
-        # the gold walk cut before its last step stops short; its steps out of order do not chain
-        assert chain_check(ex, "\n".join(ex.steps[:-1]))["search_error"] == "stopped_short"
-        assert chain_check(ex, "\n".join(ex.steps[::-1]))["search_error"] == "disconnected"
+        # the gold walk cut before its last step stops short; its steps out of order do not chain;
+        # a step made up from the right concept is a failed lookup at that step
+        assert chain_check(ex, "\n".join(ex.steps[:-1]))["first_error"] == "stopped_short"
+        assert chain_check(ex, "\n".join(ex.steps[::-1]))["first_error"] == "disconnected"
+        made_up = "\n".join(ex.steps[:-1] + [f"Every {ex.steps[-1].split()[1]} is a zzzpus."])
+        assert (chain_check(ex, made_up)["first_error"], chain_check(ex, made_up)["error_step"]) == ("made_up", 3)
+        # walking on past the answer
+        answer = sym[ex.meta["target"]]
+        assert chain_check(ex, "\n".join(ex.steps) + f"\nEvery {answer} is a zzzpus.")["first_error"] == "overshot"
     assert found > 10 and wrong_branch > 5
     # the summary counts kinds per depth, and among the wrong answers
     ex = held[0]
     recs = [{"id": ex.id, "sample": 0, "completion": "Every x is a y.[EoR]", "correct": False}]
     s = chain_summary(recs, held, {ex.id: 3})
     assert s["lookup"] == 1.0 and s["wrong_by_kind"]["lookup"] == 1 and s["by_hops"]["3"]["n"] == 1
-    assert s["search_errors"] == {"disconnected": 0, "wrong_branch": 0, "wrong_option": 0, "stopped_short": 0, "dead_end": 0}
+    assert s["first_errors"] == {"none": 0, "disconnected": 1, "made_up": 0, "wrong_branch": 0, "stopped_short": 0,
+                                 "overshot": 0}
 
 
 def test_chain_check_reads_a_bare_anchor_chain():
@@ -108,7 +115,7 @@ def test_chain_check_reads_a_bare_anchor_chain():
     for ex in held:
         gold = method.render(ex, "prosqa").target  # "Tom a b c[EoA]\n### Tom is a c."
         assert chain_check(ex, gold) == {"steps": 3, "unreal": 0, "connected": True, "ends_at_answer": True, "kind": "ok",
-                                          "search_error": None}
+                                          "first_error": None, "error_step": None}
         # as the evaluation records it: the special tokens skipped in decoding
         assert chain_check(ex, gold.replace("[EoA]", ""))["kind"] == "ok"
         nodes = gold.split("[EoA]")[0].split()

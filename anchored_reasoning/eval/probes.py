@@ -157,8 +157,8 @@ def reaches(children: dict[str, set[str]], start: str, target: str) -> bool:
     return False
 
 
-#: Why a ``search`` derivation (real steps, not entity-to-answer) went wrong, first cause first.
-SEARCH_ERRORS = ("disconnected", "wrong_branch", "wrong_option", "stopped_short", "dead_end")
+#: Where a derivation first leaves the right track (:func:`chain_check`'s ``first_error``).
+FIRST_ERRORS = ("none", "disconnected", "made_up", "wrong_branch", "stopped_short", "overshot")
 
 
 def chain_check(example: Example, completion: str) -> dict[str, Any]:
@@ -166,11 +166,14 @@ def chain_check(example: Example, completion: str) -> dict[str, Any]:
     graph of ProsQA ``example``: ``steps`` parsed, ``unreal`` steps that are not facts of the problem,
     ``connected`` (first step from the asked entity, each next one from the last one's object),
     ``ends_at_answer``, and ``kind``: ``none`` (no step), ``lookup`` (a step made up), ``search``
-    (real steps that do not chain from the entity to the answer) or ``ok``. For ``search``,
-    ``search_error`` says where (:data:`SEARCH_ERRORS`): the steps do not chain (``disconnected``), the
-    first step's concept cannot reach the answer (``wrong_branch``: no plan), the walk ends at the other
-    option (``wrong_option``), or it ends on the way (``stopped_short``: still above the answer) or off it
-    (``dead_end``); None otherwise."""
+    (real steps that do not chain from the entity to the answer) or ``ok``. ``first_error`` reads the steps
+    in order and names the first that leaves the right track (:data:`FIRST_ERRORS`; None for a right walk):
+    ``none`` (no step), ``disconnected`` (a step not from the last one's object), ``made_up`` (a step that
+    is not a fact, taken from a concept the answer is still below: a failed lookup), ``wrong_branch`` (a
+    real step to a concept the answer is not below: a dead end or the other option follows, so the made-up
+    steps that often come after a dead end count here, not as lookups), or ``stopped_short`` (every step
+    right, ending above the answer), or ``overshot`` (it reached the answer and walked on);
+    ``error_step`` is its 1-based position."""
     row = prosqa_row_of(example)
     symbols = row["idx_to_symbol"]
     children = prosqa_children(example)
@@ -182,14 +185,20 @@ def chain_check(example: Example, completion: str) -> dict[str, Any]:
         here = b
     ends = bool(steps) and steps[-1][1] == symbols[row["target"]]
     kind = "none" if not steps else "lookup" if unreal else "ok" if connected and ends else "search"
-    error = None
-    if kind == "search":
-        answer, last = symbols[row["target"]], steps[-1][1]
-        error = ("disconnected" if not connected else "wrong_branch" if not reaches(children, steps[0][1], answer)
-                 else "wrong_option" if last == symbols[row["neg_target"]]
-                 else "stopped_short" if reaches(children, last, answer) else "dead_end")
+    answer, here, first_error, error_step = symbols[row["target"]], symbols[row["root"]], None, None
+    for i, (a, b) in enumerate(steps, 1):
+        first_error = ("disconnected" if a != here else "overshot" if here == answer
+                       else "made_up" if b not in children.get(a, ())
+                       else "wrong_branch" if not reaches(children, b, answer) else None)
+        if first_error:
+            error_step = i
+            break
+        here = b
+    else:
+        first_error = "none" if not steps else None if here == answer else "stopped_short"
+        error_step = len(steps) if first_error == "stopped_short" else None
     return {"steps": len(steps), "unreal": unreal, "connected": connected and bool(steps),
-            "ends_at_answer": ends, "kind": kind, "search_error": error}
+            "ends_at_answer": ends, "kind": kind, "first_error": first_error, "error_step": error_step}
 
 
 def chain_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example],
@@ -202,10 +211,10 @@ def chain_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example]
 
     def figures(sel):
         wrong = [c["kind"] for r, c in sel if not r.get("correct")]
-        errors = [c["search_error"] for _, c in sel if c["search_error"]]
+        errors = [c["first_error"] for _, c in sel if c["first_error"]]
         return {"n": len(sel), **{k: sum(c["kind"] == k for _, c in sel) / len(sel) for k in CHAIN_KINDS},
                 "wrong_by_kind": {k: wrong.count(k) for k in CHAIN_KINDS},
-                "search_errors": {k: errors.count(k) for k in SEARCH_ERRORS}}
+                "first_errors": {k: errors.count(k) for k in FIRST_ERRORS}}
 
     out = figures(checked) if checked else {"n": 0}
     if hops and checked:
