@@ -258,28 +258,22 @@ def aggregate(results: list[dict]) -> dict:
                        "tokens_per_s": float(np.mean([p["tokens_per_s"] for p in per])),
                        "vs_chance": "above" if acc["ci_low"] > CHANCE else "below" if acc["ci_high"] < CHANCE else "at"}
 
-    def speedup(name: str, ref: str) -> float:
-        return speedup_of(results, name, ref)
-
     for name, row in table.items():
         if "adlm:1" in table:  # (absent from a slice run with --only)
-            row["speedup_vs_adlm_k1"] = speedup(name, "adlm:1")
-        row["speedup_vs_mdlm_k1"] = speedup(name, "mdlm:1")  # the TADM from the MDLM: against its own source
-
-    def paired(a: str, b: str) -> dict:
-        return paired_of(results, a, b)
+            row["speedup_vs_adlm_k1"] = speedup_of(results, name, "adlm:1")
+        row["speedup_vs_mdlm_k1"] = speedup_of(results, name, "mdlm:1")  # the TADM from the MDLM: against its own source
 
     pairs = [("adlm:1", "mdlm:1"), ("tadm:1", "adlm:1")] + [(f"tadm:{k}", "adlm:1") for k in KS[1:]]
     pairs += [(f"adlm_stale:{k}", "adlm:1") for k in KS[1:]] + [(f"tadm_m:{k}", "mdlm:1") for k in KS]
     pairs += [(f"mdlm_stale:{k}", "mdlm:1") for k in KS[1:]]
-    tests = [paired(a, b) for a, b in pairs if a in table and b in table]
+    tests = [paired_of(results, a, b) for a, b in pairs if a in table and b in table]
     kv_names = [n for n in names if n.endswith(":none")]
     for base in kv_names:  # the KV-cache group: each cache against the same block sampler uncached
         stem = base[: -len(":none")]
         for cache in ("prefix", "dual"):
             if f"{stem}:{cache}" in table:
-                tests.append(paired(f"{stem}:{cache}", base))
-                table[f"{stem}:{cache}"]["speedup_vs_uncached"] = speedup(f"{stem}:{cache}", base)
+                tests.append(paired_of(results, f"{stem}:{cache}", base))
+                table[f"{stem}:{cache}"]["speedup_vs_uncached"] = speedup_of(results, f"{stem}:{cache}", base)
 
     def goal_of(tadm: str, ref: str, speed_key: str) -> dict:
         t3 = next(t for t in tests if t["a"] == tadm and t["b"] == ref)
@@ -297,8 +291,8 @@ def aggregate(results: list[dict]) -> dict:
     blocks = [n for n in table if n.startswith("tadm_m3_block") and n.endswith(":none")]
     for name in blocks:  # the same with block sampling: the anchor is refreshed at each block's first call too
         ref = name.replace("tadm_m3_", "mdlm_")
-        table[name]["speedup_vs_source"] = speedup(name, ref)
-        tests.append(paired(name, ref))
+        table[name]["speedup_vs_source"] = speedup_of(results, name, ref)
+        tests.append(paired_of(results, name, ref))
         goal["mdlm_tadm_blocks"] = goal_of(name, ref, "speedup_vs_source")
     forced = {m: {"per_seed": [r["forced_choice"][m] for r in results],
                   "mean": float(np.mean([r["forced_choice"][m] for r in results]))} for m in ("mdlm", "adlm")}

@@ -183,9 +183,10 @@ def chain_check(example: Example, completion: str) -> dict[str, Any]:
     for a, b in steps:
         connected = connected and a == here
         here = b
-    ends = bool(steps) and steps[-1][1] == symbols[row["target"]]
+    answer = symbols[row["target"]]
+    ends = bool(steps) and steps[-1][1] == answer
     kind = "none" if not steps else "lookup" if unreal else "ok" if connected and ends else "search"
-    answer, here, first_error, error_step = symbols[row["target"]], symbols[row["root"]], None, None
+    here, first_error, error_step = symbols[row["root"]], None, None
     for i, (a, b) in enumerate(steps, 1):
         first_error = ("disconnected" if a != here else "overshot" if here == answer
                        else "made_up" if b not in children.get(a, ())

@@ -146,20 +146,28 @@ class SampleStats:
     filled_after_eos: list[int] = field(default_factory=list)
     nfe: int = 0
     seconds: float = 0.0
-    anchor_refresh_fraction: float | None = None  # rows x calls that ran the anchor network (anchor cache only)
-    anchor_rows: int | None = None  # the numerator: rows the anchor network ran on, summed over calls
-    row_calls: int | None = None  # the denominator: rows x model calls
+    anchor_rows: int | None = None  # rows the anchor network ran on, summed over model calls (anchor cache only)
+    row_calls: int | None = None  # rows x model calls (anchor cache only)
 
     @property
     def steps(self) -> int:
         return len(self.revealed_per_step)
 
     @property
+    def anchor_refresh_fraction(self) -> float | None:
+        """The share of rows x calls that ran the anchor network (1/K for K-periodic refresh); None
+        without an anchor cache."""
+        if self.row_calls is None:
+            return None
+        return self.anchor_rows / self.row_calls if self.row_calls else 0.0
+
+    @property
     def tokens_per_second(self) -> float:
         return len(self.filled_after_eos) * self.gen_length / self.seconds if self.seconds > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "steps": self.steps, "tokens_per_second": self.tokens_per_second}
+        return {**dataclasses.asdict(self), "steps": self.steps, "tokens_per_second": self.tokens_per_second,
+                "anchor_refresh_fraction": self.anchor_refresh_fraction}
 
 
 # --------------------------------------------------------------------------- model plumbing
@@ -298,7 +306,6 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
         step = _run_block(fn, x, plen + s, plen + e, n_steps, b, step, mask_id, cfg, gen, stats, callback)
     stats.seconds = time.perf_counter() - start_time
     if hasattr(fn, "refresh_fraction"):
-        stats.anchor_refresh_fraction = fn.refresh_fraction
         stats.anchor_rows, stats.row_calls = fn.anchor_rows, fn.row_calls
     return x, stats
 
