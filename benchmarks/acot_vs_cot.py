@@ -88,6 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "acot_vs_cot.json"))
     p.add_argument("--step-time-repeats", type=int, default=10)
     p.add_argument("--skip-step-time", action="store_true")
+    p.add_argument("--trace", choices=["forward", "backward"], default="forward",
+                   help="proof order the CoT family trains on (generators/traces.py; backward: ProntoQA only)")
     p.add_argument("--machine-note", default=None, help="what else ran on the machine (recorded in the JSON)")
     return p.parse_args(argv)
 
@@ -104,6 +106,10 @@ def task_data(task: str, args) -> tuple[list, list]:
     else:
         train = t.load("train")
         test = t.load("test", limit=args.prontoqa_n)
+    if args.trace != "forward":
+        from anchored_reasoning.generators.traces import apply_trace
+
+        train, test = apply_trace(train, task, args.trace), apply_trace(test, task, args.trace)
     return train, test
 
 
@@ -317,7 +323,7 @@ def main(argv=None) -> int:
     model = f"{_backbone(args)} fine-tuned" if _backbone(args) else f"{args.preset} from scratch"
     budget = {"train_seconds_per_run": None if args.train_steps else args.train_seconds,
               "train_steps_per_run": args.train_steps, "model": model, "lr": args.lr,
-              "batch_size": args.batch_size, "torch_threads": args.threads}
+              "batch_size": args.batch_size, "torch_threads": args.threads, "trace": args.trace}
     for task in args.tasks:
         train, test = task_data(task, args)
         tok_dir = Path(args.work) / task

@@ -68,13 +68,20 @@ def generate_examples(
 def load_split(
     spec: Mapping[str, Any] | None, task_name: str | None, default_seed: int, part: str = "train"
 ) -> list[Example]:
-    """Examples for one ``data.<part>`` section: ``{generator, n, seed, params}`` or ``{split, limit, data_dir}``."""
+    """Examples for one ``data.<part>`` section: ``{generator, n, seed, params}`` or ``{split, limit, data_dir}``.
+
+    Either may add ``trace: backward`` (generators/traces.py): the proofs read from the goal back.
+    """
     if not spec:
         return []
+    from anchored_reasoning.generators.traces import apply_trace, check_trace
+
+    trace = check_trace(task_name or spec.get("generator"), spec.get("trace"))  # a bad value fails before data work
     if spec.get("generator"):
-        return generate_examples(
+        examples = generate_examples(
             spec["generator"], spec.get("n", 1000), spec.get("seed", default_seed), spec.get("params"), split=f"gen-{part}"
         )
+        return apply_trace(examples, task_name or spec["generator"], trace)
     if spec.get("split"):
         if not task_name:
             raise ConfigError("data.*.split needs a top-level 'task' in the recipe")
@@ -88,7 +95,7 @@ def load_split(
                 raise ConfigError(f"data.{part}.holdout={holdout} must be between 1 and the split's {len(examples) - 1}")
             examples = examples[-holdout:] if part == "valid" else examples[:-holdout]
             examples = examples[: spec["limit"]] if spec.get("limit") else examples
-        return examples
+        return apply_trace(examples, task_name, trace)
     raise ConfigError("each data section needs 'generator' (with n) or 'split'")
 
 

@@ -52,11 +52,12 @@ AR_SCHEMA: dict[str, Any] = {
     "method": {"name": None, "options": None},
     "data": {
         # holdout: N -- the last N examples of the split are the validation set (data.valid) and
-        # are left out of training (data.train), for tasks without a validation split (GSM8K)
+        # are left out of training (data.train), for tasks without a validation split (GSM8K).
+        # trace: forward (as given) | backward (generators/traces.py: ProntoQA proofs read from the goal back)
         "train": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
-                  "holdout": None},
+                  "holdout": None, "trace": None},
         "valid": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
-                  "holdout": None},
+                  "holdout": None, "trace": None},
     },
     "training": "training",
 }

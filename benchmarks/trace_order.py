@@ -1,0 +1,141 @@
+"""How many choices a proof makes forward (entity -> goal) and backward (goal -> entity), per task.
+
+    ANCHORED_REASONING_DATA=../shared/data python benchmarks/trace_order.py
+
+A forward CoT step picks one of the rules leaving the current concept; only the one that leads to the
+goal is right, so every step with more than one is a choice that needs look-ahead. A backward step picks
+one of the rules *ending* in the current concept. This counts, along each gold proof:
+
+* ProntoQA (real train and test, and the generator at its default size): forward, the entity's concepts
+  and each chain concept's super-concepts; backward, the rules ending in the queried property (either
+  polarity) and then the rules ending in each chain concept; and how far a backward walk from a wrong
+  first rule can go (0: it stops at once, so one look-up rejects it).
+* ProsQA (real test; a shortest gold path in the graph): out-degree (forward) and in-degree (backward)
+  of the path's nodes.
+
+Writes ``benchmarks/results/trace_order.json``. No model is involved: this is a property of the data,
+the reason ``generators/traces.py`` offers ``trace: backward`` for ProntoQA.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from anchored_reasoning.generators.prontoqa import PROPERTY_FAMILIES  # noqa: E402
+
+PROPERTY_WORDS = {w for family in PROPERTY_FAMILIES for w in family}
+
+
+def prontoqa_choices(example) -> dict[str, Any]:
+    """Choice counts along one ProntoQA proof (see the module doc)."""
+    from anchored_reasoning.anchors import singular
+    from anchored_reasoning.generators.traces import prontoqa_backward, prontoqa_rules
+
+    rules = prontoqa_rules(example.question)
+    into: dict[str, set[str]] = collections.defaultdict(set)
+    concepts_of: dict[str, set[str]] = collections.defaultdict(set)  # super-concepts (not properties)
+    for subject, _, obj in rules:
+        into[obj].add(subject)
+        if obj not in PROPERTY_WORDS:
+            concepts_of[subject].add(obj)
+    backward = prontoqa_backward(example.steps)
+    goal = singular(backward[0].rstrip(".").split()[-1]).lower()
+    chain = [r[0] for r in prontoqa_rules(" ".join(backward[:-1]))]  # subjects: last concept ... entity
+    entity = chain[-1]
+    forward = [len(concepts_of[entity])] + [len(concepts_of[c]) for c in reversed(chain[:-1])][:-1]
+    back = [len(into[goal])] + [len(into[c]) for c in chain[:-1]]
+    wrong_depths = []
+    for subject in into[goal] - {chain[0]}:
+        depth, frontier = 0, {subject}
+        while True:
+            frontier = set().union(*(into[c] for c in frontier))
+            if not frontier or depth > 10:
+                break
+            depth += 1
+        wrong_depths.append(depth)
+    return {"forward": forward, "backward": back, "wrong_first_rule_depths": wrong_depths}
+
+
+def prosqa_choices(example) -> dict[str, Any]:
+    """Out-degree (forward) and in-degree (backward) along a shortest entity -> answer path."""
+    edges, root, target = example.meta["edges"], example.meta["root"], example.meta["target"]
+    children: dict[int, set[int]] = collections.defaultdict(set)
+    parents: dict[int, set[int]] = collections.defaultdict(set)
+    for a, b in edges:
+        children[a].add(b)
+        parents[b].add(a)
+    prev = {root: None}
+    queue = deque([root])
+    while queue:
+        x = queue.popleft()
+        for y in children[x]:
+            if y not in prev:
+                prev[y] = x
+                queue.append(y)
+    path = [target]
+    while prev[path[-1]] is not None:
+        path.append(prev[path[-1]])
+    path.reverse()
+    return {"forward": [len(children[x]) for x in path[:-1]], "backward": [len(parents[x]) for x in path[1:]]}
+
+
+def summarize(rows: Iterable[dict[str, Any]], skip_first_backward: bool) -> dict[str, Any]:
+    """Share of proofs with no choice after the first backward step, and the choice-count histograms."""
+    rows = list(rows)
+    fwd = collections.Counter(c for r in rows for c in r["forward"])
+    bwd = collections.Counter(c for r in rows for c in r["backward"])
+    start = 1 if skip_first_backward else 0
+    out = {
+        "n": len(rows),
+        "forward_choice_counts": dict(sorted(fwd.items())),
+        "backward_choice_counts": dict(sorted(bwd.items())),
+        "forward_steps_with_one_option": round(fwd[1] / max(1, sum(fwd.values())), 3),
+        "backward_steps_with_one_option": round(bwd[1] / max(1, sum(bwd.values())), 3),
+        "proofs_forward_without_choice": sum(all(c == 1 for c in r["forward"]) for r in rows),
+        "proofs_backward_without_choice" + ("_after_first" if skip_first_backward else ""):
+            sum(all(c == 1 for c in r["backward"][start:]) for r in rows),
+    }
+    if skip_first_backward:
+        depths = collections.Counter(d for r in rows for d in r["wrong_first_rule_depths"])
+        out["first_backward_choice_counts"] = dict(sorted(collections.Counter(r["backward"][0] for r in rows).items()))
+        out["wrong_first_rule_backward_depths"] = dict(sorted(depths.items()))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--generated-n", type=int, default=1000, help="generated ProntoQA problems at the default size")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trace_order.json"))
+    args = p.parse_args(argv)
+    from anchored_reasoning.generators.prontoqa import generate_dataset
+    from anchored_reasoning.tasks import get_task
+
+    pronto, prosqa = get_task("prontoqa"), get_task("prosqa")
+    result: dict[str, Any] = {
+        "prontoqa": {
+            "test": summarize(map(prontoqa_choices, pronto.load("test")), True),
+            "train": summarize(map(prontoqa_choices, pronto.load("train")), True),
+            "generated": summarize(map(prontoqa_choices, generate_dataset(args.generated_n, seed=0)), True),
+        },
+        "prosqa": {"test": summarize(map(prosqa_choices, prosqa.load("test")), False)},
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python benchmarks/trace_order.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

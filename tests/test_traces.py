@@ -1,0 +1,126 @@
+"""generators/traces.py: ProntoQA proofs read backward, the claim that makes them look-up only, and the
+recipe hook (``data.train.trace``)."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from anchored_reasoning.errors import ConfigError, DataError
+from anchored_reasoning.generators.prontoqa import generate_dataset
+from anchored_reasoning.generators.traces import apply_trace, prontoqa_backward, prontoqa_rules
+from anchored_reasoning.types import Example
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+FORWARD = [
+    "Stella is a zumpus. Zumpuses are gorpuses.",
+    "Stella is a gorpus. Every gorpus is a rompus.",
+    "Stella is a rompus. Rompuses are not floral.",
+    "Stella is not floral.",
+]
+
+
+def test_backward_reverses_the_rules_then_names_the_entity_and_keeps_the_conclusion():
+    assert prontoqa_backward(FORWARD) == [
+        "Rompuses are not floral.",
+        "Every gorpus is a rompus.",
+        "Zumpuses are gorpuses.",
+        "Stella is a zumpus.",
+        "Stella is not floral.",
+    ]
+
+
+@pytest.mark.parametrize("steps", [["Stella is floral."], ["Stella is a zumpus.", "Stella is floral."],
+                                   ["Stella is a zumpus. Zumpuses are gorpuses. Extra.", "Stella is a gorpus."]])
+def test_a_proof_not_in_prontoqa_form_is_a_data_error(steps):
+    with pytest.raises(DataError):
+        prontoqa_backward(steps)
+
+
+def test_apply_trace_checks_the_order_and_the_task_and_names_the_bad_example():
+    ex = Example(id="p-1", question="q", answer="False", steps=FORWARD)
+    assert apply_trace([ex], "prontoqa", None) == [ex]
+    assert apply_trace([ex], "prontoqa", "forward") == [ex]
+    out = apply_trace([ex], "prontoqa", "backward")[0]
+    assert out.steps[0] == "Rompuses are not floral." and out.meta["trace"] == "backward"
+    assert (out.question, out.answer, ex.steps) == ("q", "False", FORWARD)  # the input is not modified
+    with pytest.raises(ConfigError, match="sideways"):
+        apply_trace([ex], "prontoqa", "sideways")
+    with pytest.raises(ConfigError, match="prosqa"):
+        apply_trace([ex], "prosqa", "backward")
+    bad = Example(id="p-2", question="q", answer="True", steps=["Stella is floral."])
+    with pytest.raises(DataError, match="p-2"):
+        apply_trace([ex, bad], "prontoqa", "backward")
+
+
+def test_rules_parse_entities_concepts_and_negations():
+    q = "Every gorpus is a rompus. Zumpuses are not floral. Each yumpus is an impus. Stella is a zumpus. True or false: Stella is floral."
+    assert prontoqa_rules(q) == [("gorpus", False, "rompus"), ("zumpus", True, "floral"), ("yumpus", False, "impus"),
+                                 ("Stella", False, "zumpus")]
+
+
+def _assert_lookup_only(examples):
+    """After the first backward step, each step is the one rule of the question ending in the previous subject."""
+    for ex in examples:
+        rules = prontoqa_rules(ex.question)
+        back = apply_trace([ex], "prontoqa", "backward")[0].steps
+        for sentence in back[:-1]:
+            assert sentence in ex.question, (ex.id, sentence)
+        parsed = [prontoqa_rules(s)[0] for s in back[:-1]]
+        goal = parsed[0][2]
+        assert sum(o == goal for _, _, o in rules) == 2, ex.id  # the chain's rule and the distractor's
+        for prev, cur in zip(parsed, parsed[1:]):
+            assert cur[2] == prev[0], ex.id
+            assert [r for r in rules if r[2] == prev[0]] == [cur], ex.id
+
+
+def test_generated_prontoqa_backward_steps_need_no_look_ahead():
+    _assert_lookup_only(generate_dataset(200, seed=3))
+
+
+@pytest.mark.data
+@pytest.mark.skipif(not os.environ.get("ANCHORED_REASONING_DATA"), reason="ANCHORED_REASONING_DATA is not set")
+def test_real_prontoqa_test_backward_steps_need_no_look_ahead():
+    from anchored_reasoning.tasks import get_task
+
+    _assert_lookup_only(get_task("prontoqa").load("test"))
+
+
+def test_trace_order_benchmark_counts_the_choices():
+    import trace_order
+
+    rows = [trace_order.prontoqa_choices(ex) for ex in generate_dataset(50, seed=1)]
+    s = trace_order.summarize(rows, skip_first_backward=True)
+    assert s["n"] == 50 and s["proofs_backward_without_choice_after_first"] == 50
+    assert s["proofs_forward_without_choice"] == 0  # every forward step has a side branch
+    assert s["wrong_first_rule_backward_depths"] == {0: 50}
+
+
+def test_recipes_apply_the_trace_and_refuse_a_bad_one_before_data_work(monkeypatch):
+    from anchored_reasoning.train import ar
+
+    spec = {"generator": "prontoqa", "n": 4, "seed": 0, "trace": "backward"}
+    got = ar.load_split(spec, "prontoqa", 0)
+    plain = ar.load_split(dict(spec, trace=None), "prontoqa", 0)
+    assert [g.steps for g in got] == [prontoqa_backward(p.steps) for p in plain]
+
+    def boom(*a, **k):
+        raise AssertionError("data generated before the trace was checked")
+
+    monkeypatch.setattr(ar, "generate_examples", boom)
+    with pytest.raises(ConfigError, match="backward"):
+        ar.load_split({"generator": "prosqa", "n": 4, "trace": "backward"}, "prosqa", 0)
+    with pytest.raises(ConfigError, match="upward"):
+        ar.load_split(dict(spec, trace="upward"), "prontoqa", 0)
+
+
+def test_a_cot_target_follows_the_backward_proof():
+    from anchored_reasoning.methods import get_method
+
+    ex = apply_trace([Example(id="p", question="q", answer="False", steps=FORWARD)], "prontoqa", "backward")[0]
+    target = get_method("cot", style="trained").render(ex, "prontoqa").target
+    assert target.index("Rompuses are not floral.") < target.index("Zumpuses are gorpuses.") < target.index("Stella is a zumpus.")
+    assert target.rstrip().endswith("False")
