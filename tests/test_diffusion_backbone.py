@@ -115,3 +115,5 @@ def test_claims_read_a_derivation_against_the_graph():
     entity = ex.steps[0].split()[0]
     made_up = f"{entity} is a notaconcept. Every notaconcept is a {ex.answer.split()[-1].rstrip('.')}."
     assert db._claims(ex, made_up) == (2, 0, 0)
+    concept = ex.steps[0].rstrip(".").split()[-1]
+    assert db._claims(ex, f"Every {concept} is a {concept}.") == (1, 0, 0)  # a concept is not its own claim

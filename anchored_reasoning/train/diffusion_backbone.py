@@ -87,22 +87,13 @@ def _claims(example, text: str) -> tuple[int, int, int]:
     """(steps, facts, true) of a generated ProsQA derivation: "X is a Y." / "Every X is a Y." sentences,
     those that are facts of the problem, and those true in its graph (Y reachable from X: a fact or a
     valid conclusion such as the derivation's closing "Tom is a <answer>.")."""
-    from anchored_reasoning.eval.probes import derivation_steps, prosqa_children
+    from anchored_reasoning.eval.probes import derivation_steps, prosqa_children, reaches
 
     children = prosqa_children(example)
-
-    def reachable(x: str) -> set[str]:
-        seen, todo = set(), [x]
-        while todo:
-            for c in children.get(todo.pop(), ()):
-                if c not in seen:
-                    seen.add(c)
-                    todo.append(c)
-        return seen
-
     steps = derivation_steps(text)
     facts = sum(b in children.get(a, ()) for a, b in steps)
-    return len(steps), facts, sum(b in reachable(a) for a, b in steps)
+    # strictly below: "X is a X." is no claim (the graph is acyclic, so reaches() is reflexive only there)
+    return len(steps), facts, sum(a != b and reaches(children, a, b) for a, b in steps)
 
 
 def derivation_check(model, tokenizer, n: int = 64, seed: int = 777, gen_length: int = 64) -> dict[str, Any]:
