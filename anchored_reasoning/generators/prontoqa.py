@@ -62,14 +62,28 @@ PROPERTY_FAMILIES = [
 
 @dataclass
 class ProntoQAConfig:
-    """``hops``: rules the proof applies (the published data has 5; ``steps`` = hops + 1)."""
+    """``hops``: rules the proof applies (the published data has 5; ``steps`` = hops + 1).
+
+    ``mirror_distractor``: the concept with the opposite property heads a chain built like the proof's
+    (``hops`` concepts, each with its own property and a side super-concept) that no membership of the
+    entity enters. Off (the published construction), that concept is named only in its own rule, and
+    "the property rule of a concept named elsewhere" answers every problem without the proof
+    (``generators/prontoqa_shortcuts.py``); on, only following the chain back to the entity tells the
+    two rules apart. Twice the facts: mind the model's context at 5 hops.
+    """
 
     hops: int = 5
+    mirror_distractor: bool = False
+
+    def n_concepts(self) -> int:
+        return (4 * self.hops + 5) if self.mirror_distractor else (2 * self.hops + 4)
 
     def __post_init__(self) -> None:
         if not isinstance(self.hops, int) or self.hops < 1:
             raise ConfigError(f"ProntoQA generator: hops must be an integer >= 1, got {self.hops!r}")
-        if 2 * self.hops + 4 > len(CONCEPT_NAMES) + len(EXTRA_CONCEPT_NAMES):
+        if not isinstance(self.mirror_distractor, bool):
+            raise ConfigError(f"ProntoQA generator: mirror_distractor must be true or false, got {self.mirror_distractor!r}")
+        if self.n_concepts() > len(CONCEPT_NAMES) + len(EXTRA_CONCEPT_NAMES):
             raise ConfigError(f"ProntoQA generator: hops={self.hops} needs more concept names than available")
 
 
@@ -100,7 +114,7 @@ def generate_problem(rng: random.Random, cfg: ProntoQAConfig | None = None) -> d
     """One problem as a dict in the published format (``question, steps, answer``)."""
     cfg = cfg or ProntoQAConfig()
     h = cfg.hops
-    n_concepts = 2 * h + 4
+    n_concepts = cfg.n_concepts()
     pool = list(CONCEPT_NAMES)
     rng.shuffle(pool)
     if n_concepts > len(pool):
@@ -122,25 +136,28 @@ def generate_problem(rng: random.Random, cfg: ProntoQAConfig | None = None) -> d
     def other() -> tuple[str, bool]:
         return next(other_props), rng.random() < 0.5
 
-    facts: list[str] = []
-    rules: list[str] = []  # the rules the proof uses, in order
-    for i in range(h - 1):
-        rule = _subtype(rng, chain[i], chain[i + 1])
-        rules.append(rule)
-        facts.append(rule)
-    final_rule = _property(rng, chain[-1], prop, negated)
-    rules.append(final_rule)
-    facts.append(final_rule)
-    # side branches: every chain concept has its own property (except the last, whose
-    # property is the queried one) and one more super-concept with a property
-    for i, concept in enumerate(chain):
-        if i < h - 1:
-            facts.append(_property(rng, concept, *other()))
-        facts.append(_subtype(rng, concept, branches[i]))
-        facts.append(_property(rng, branches[i], *other()))
-    facts.append(_subtype(rng, chain[-1], spare))
+    def chain_facts(concepts: list[str], sides: list[str], last_super: str, polarity: bool) -> list[str]:
+        """The rules down ``concepts`` to the queried property, then the side branches: every concept
+        has its own property (except the last, whose property is the queried one) and one more
+        super-concept with a property; the last one also ``last_super``."""
+        out = [_subtype(rng, concepts[i], concepts[i + 1]) for i in range(len(concepts) - 1)]
+        out.append(_property(rng, concepts[-1], prop, polarity))
+        for i, concept in enumerate(concepts):
+            if i < len(concepts) - 1:
+                out.append(_property(rng, concept, *other()))
+            out.append(_subtype(rng, concept, sides[i]))
+            out.append(_property(rng, sides[i], *other()))
+        out.append(_subtype(rng, concepts[-1], last_super))
+        return out
+
+    facts = chain_facts(chain, branches, spare, negated)
+    rules = facts[:h]  # the rules the proof uses, in order
     # the distracting concept with the opposite property, and the entity's second concept
-    facts.append(_property(rng, distractor, prop, not negated))
+    if cfg.mirror_distractor:
+        mirror = pool[2 * h + 4 : 4 * h + 5]  # h - 1 concepts above the distractor, h sides, a spare
+        facts += chain_facts(mirror[: h - 1] + [distractor], mirror[h - 1 : 2 * h - 1], mirror[-1], not negated)
+    else:
+        facts.append(_property(rng, distractor, prop, not negated))
     facts.append(_subtype(rng, second, second_super))
     facts.append(_property(rng, second, *other()))
     rng.shuffle(facts)
