@@ -13,7 +13,10 @@ one of the rules *ending* in the current concept. This counts, along each gold p
 * ProsQA (real test; a shortest gold path in the graph): out-degree (forward) and in-degree (backward)
   of the path's nodes.
 
-Writes ``benchmarks/results/trace_order.json``. No model is involved: this is a property of the data,
+``--records ORDER RECORDS`` (repeatable) also reads a ProntoQA CoT model's evaluation records on the
+real test against the gold proof in that order (``chain_report``): exact proofs, gold sentence by
+position, the first wrong sentence (a rule of the question, or made up), and whether the answer
+follows a gold conclusion. Writes ``benchmarks/results/trace_order.json``. No model is involved: this is a property of the data,
 the reason ``generators/traces.py`` offers ``trace: backward`` for ProntoQA.
 """
 from __future__ import annotations
@@ -111,15 +114,81 @@ def summarize(rows: Iterable[dict[str, Any]], skip_first_backward: bool) -> dict
     return out
 
 
+def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dict[str, Any]:
+    """How a ProntoQA CoT model's written proofs (eval records) compare with the gold proof in ``order``.
+
+    Sentence by sentence (the gold steps split into sentences): exact proofs, the gold sentence at each
+    position, where the first wrong sentence is and whether it is a rule of the question
+    (``in_question``) or not (``made_up``), and how often the conclusion (last sentence) is the gold
+    one and the answer is right then.
+    """
+    from anchored_reasoning.generators.traces import _sentences, apply_trace, prontoqa_rules
+
+    by_id = {ex.id: ex for ex in examples}
+    n = exact = conclusion = right_after = correct = 0
+    at = collections.Counter()
+    first_error = collections.Counter()
+    for r in records:
+        ex = by_id[r["id"]]
+        gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in _sentences(step)]
+        written = _sentences(r["completion"].split("[EoR]")[0].split("###")[0])
+        rules = set(prontoqa_rules(ex.question))
+        n += 1
+        correct += bool(r["correct"])
+        exact += written == gold
+        for i, sentence in enumerate(written[: len(gold)]):
+            at[i] += sentence == gold[i]
+        wrong = next((i for i, g in enumerate(gold) if i >= len(written) or written[i] != g), None)
+        if wrong is None:
+            first_error["none"] += 1
+        elif wrong >= len(written):
+            first_error["stopped_short"] += 1
+        else:
+            parsed = prontoqa_rules(written[wrong])
+            first_error[f"{'conclusion' if wrong == len(gold) - 1 else 'step'}_"
+                        f"{'in_question' if parsed and parsed[0] in rules else 'made_up'}"] += 1
+        if written and written[-1] == gold[-1]:
+            conclusion += 1
+            right_after += bool(r["correct"])
+    return {"order": order, "n": n, "accuracy": round(correct / max(1, n), 4), "exact_proofs": exact,
+            "gold_sentence_at_position": [at[i] for i in range(max(at) + 1)] if at else [],
+            "first_error": dict(first_error.most_common()), "conclusion_is_gold": conclusion,
+            "answer_right_when_conclusion_is_gold": right_after}
+
+
+def paired_cot(a_json: str, b_json: str, task: str = "prontoqa", method: str = "cot") -> dict[str, Any]:
+    """``method``'s per-problem accuracy in two acot_vs_cot.py JSONs, A - B on the problems both scored."""
+    from anchored_reasoning.eval.compare import mcnemar_exact
+    from anchored_reasoning.eval.metrics import paired_bootstrap_diff
+
+    a, b = (json.loads(Path(p).read_text())[task][method]["per_problem"] for p in (a_json, b_json))
+    ids = sorted(set(a) & set(b))
+    diff = paired_bootstrap_diff([a[i] for i in ids], [b[i] for i in ids])
+    only_a = sum(a[i] > b[i] for i in ids)
+    only_b = sum(b[i] > a[i] for i in ids)
+    return {"a": a_json, "b": b_json, "task": task, "method": method, "n": len(ids),
+            "a_accuracy": round(sum(a[i] for i in ids) / len(ids), 4), "b_accuracy": round(sum(b[i] for i in ids) / len(ids), 4),
+            "diff": round(diff["diff"], 4), "ci95": [round(diff["ci_low"], 4), round(diff["ci_high"], 4)],
+            "only_a_right": only_a, "only_b_right": only_b, "mcnemar_p": round(mcnemar_exact(only_a, only_b), 4)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--generated-n", type=int, default=1000, help="generated ProntoQA problems at the default size")
+    p.add_argument("--records", nargs=2, action="append", metavar=("ORDER", "RECORDS_JSONL"), default=[],
+                   help="also read a ProntoQA CoT model's eval records (real test) against the gold proof in ORDER")
+    p.add_argument("--paired", nargs=2, metavar=("A_JSON", "B_JSON"), default=None,
+                   help="two acot_vs_cot.py JSONs: ProntoQA CoT of A minus B, per problem (bootstrap + McNemar)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trace_order.json"))
     args = p.parse_args(argv)
     from anchored_reasoning.generators.prontoqa import generate_dataset
     from anchored_reasoning.tasks import get_task
 
     pronto, prosqa = get_task("prontoqa"), get_task("prosqa")
+    chains = {}
+    for order, path in args.records:
+        records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        chains[f"{order}: {path}"] = chain_report(pronto.load("test"), records, order)
     result: dict[str, Any] = {
         "prontoqa": {
             "test": summarize(map(prontoqa_choices, pronto.load("test")), True),
@@ -127,6 +196,8 @@ def main(argv=None) -> int:
             "generated": summarize(map(prontoqa_choices, generate_dataset(args.generated_n, seed=0)), True),
         },
         "prosqa": {"test": summarize(map(prosqa_choices, prosqa.load("test")), False)},
+        **({"chains": chains} if chains else {}),
+        **({"paired": paired_cot(*args.paired)} if args.paired else {}),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python benchmarks/trace_order.py " + " ".join(sys.argv[1:] if argv is None else argv),
     }

@@ -124,3 +124,28 @@ def test_a_cot_target_follows_the_backward_proof():
     target = get_method("cot", style="trained").render(ex, "prontoqa").target
     assert target.index("Rompuses are not floral.") < target.index("Zumpuses are gorpuses.") < target.index("Stella is a zumpus.")
     assert target.rstrip().endswith("False")
+
+
+def test_chain_report_reads_written_proofs_against_the_gold_order(tmp_path):
+    import json
+
+    import trace_order
+
+    ex = generate_dataset(3, seed=4)
+    gold = [s for step in apply_trace([ex[0]], "prontoqa", "backward")[0].steps for s in step.split(". ") if s]
+    gold = [s if s.endswith(".") else s + "." for s in gold]
+    records = [
+        {"id": ex[0].id, "completion": "\n".join(gold) + "[EoR]\n### " + ex[0].answer, "correct": True},
+        {"id": ex[1].id, "completion": "Every notaconcept is floral.[EoR]\n### True", "correct": False},
+        {"id": ex[2].id, "completion": "[EoR]\n### False", "correct": ex[2].answer == "False"},
+    ]
+    r = trace_order.chain_report(ex, records, "backward")
+    assert r["n"] == 3 and r["exact_proofs"] == 1 and r["conclusion_is_gold"] == 1
+    assert r["first_error"] == {"none": 1, "step_made_up": 1, "stopped_short": 1}
+    assert r["gold_sentence_at_position"][0] == 1
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"prontoqa": {"cot": {"per_problem": {"x": 1.0, "y": 1.0, "z": 0.0}}}}))
+    b.write_text(json.dumps({"prontoqa": {"cot": {"per_problem": {"x": 1.0, "y": 0.0, "z": 0.0, "w": 1.0}}}}))
+    p = trace_order.paired_cot(str(a), str(b))
+    assert p["n"] == 3 and p["only_a_right"] == 1 and p["only_b_right"] == 0 and p["diff"] == pytest.approx(1 / 3, abs=1e-3)
