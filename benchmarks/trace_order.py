@@ -122,7 +122,7 @@ def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dic
     (``in_question``) or not (``made_up``), and how often the conclusion (last sentence) is the gold
     one and the answer is right then.
     """
-    from anchored_reasoning.generators.traces import _sentences, apply_trace, prontoqa_rules
+    from anchored_reasoning.generators.traces import apply_trace, proof_sentences, prontoqa_rules
 
     by_id = {ex.id: ex for ex in examples}
     n = exact = conclusion = right_after = correct = 0
@@ -130,8 +130,8 @@ def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dic
     first_error = collections.Counter()
     for r in records:
         ex = by_id[r["id"]]
-        gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in _sentences(step)]
-        written = _sentences(r["completion"].split("[EoR]")[0].split("###")[0])
+        gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in proof_sentences(step)]
+        written = proof_sentences(r["completion"].split("[EoR]")[0].split("###")[0])
         rules = set(prontoqa_rules(ex.question))
         n += 1
         correct += bool(r["correct"])

@@ -36,7 +36,8 @@ TRACE_ORDERS = ("forward", "backward")
 _SENTENCE = re.compile(r"[^.]+\.")
 
 
-def _sentences(step: str) -> list[str]:
+def proof_sentences(step: str) -> list[str]:
+    """The sentences of a proof step or question, each ending in its period."""
     return [s.strip() for s in _SENTENCE.findall(step)]
 
 
@@ -51,7 +52,7 @@ def prontoqa_backward(steps: Sequence[str]) -> list[str]:
         raise DataError(f"a ProntoQA proof needs at least one rule step and a conclusion, got {len(steps)} step(s)")
     rules, first_fact = [], None
     for i, step in enumerate(steps[:-1]):
-        parts = _sentences(step)
+        parts = proof_sentences(step)
         if len(parts) != 2:
             raise DataError(f"ProntoQA proof step {i} is not '<entity fact>. <rule>.': {step[:80]!r}")
         if first_fact is None:
@@ -73,7 +74,7 @@ def prontoqa_rules(question: str) -> list[tuple[str, bool, str]]:
     from anchored_reasoning.anchors import singular
 
     out = []
-    for sentence in _sentences(question.split("True or false:")[0]):
+    for sentence in proof_sentences(question.split("True or false:")[0]):
         m = _RULE.match(sentence)
         if m:
             entity = m.group(3) == "is"
