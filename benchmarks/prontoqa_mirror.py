@@ -6,7 +6,7 @@ The published ProntoQA construction (and the real split) is answered by "the pro
 concept is named elsewhere" (``generators/prontoqa_shortcuts.py``); mirrored problems are not, so
 accuracy here above 0.5 needs the chain. Fine-tunes ``--backbone`` on ``--train-n`` generated mirrored
 problems at ``--hops`` (seed 100), evaluates greedily on ``--eval-n`` held-out ones (seed 200, questions
-seen in training dropped) and reads the written proofs against the gold (``trace_order.chain_report``).
+seen in training dropped; the fine-tune and evaluation are ``acot_vs_cot.run_one``'s) and reads the written proofs against the gold (``trace_order.chain_report``).
 Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume).
 """
 from __future__ import annotations
@@ -42,32 +42,27 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     import trace_order
-    from anchored_reasoning import demo
+    from acot_vs_cot import run_one
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.generators.prontoqa import generate_dataset
     from anchored_reasoning.machine import machine_info
-    from anchored_reasoning.train import ar
 
     size = {"hops": args.hops, "mirror_distractor": True}
     train = generate_dataset(args.train_n, seed=100, split="mtrain", **size)
     seen = {e.question for e in train}
     test = [e for e in generate_dataset(args.eval_n, seed=200, split="mtest", **size) if e.question not in seen]
     key = f"{args.method}_h{args.hops}_{args.train_steps}_s{args.seed}"
-    work = Path(args.work) / key
-    ckpt = work / "model"
-    if not (ckpt / "train_summary.json").is_file():
-        settings = demo.DemoSettings(seed=args.seed, backbone=demo.parse_backbone(args.backbone),
-                                     learning_rate=args.lr, batch_size=args.batch_size)
-        recipe = demo.method_recipe(args.method, settings, None, ckpt, 1e9, task="prontoqa", options={})
-        recipe["training"].update(max_length=512, max_steps=args.train_steps, max_train_seconds=None)
-        ar.run_with_examples(recipe, train, [])
-    summary = json.loads((ckpt / "train_summary.json").read_text())
-    ev = demo.evaluate(str(ckpt), test, work / "eval", 96, task="prontoqa")
-    chains = trace_order.chain_report(test, load_records(work / "eval" / "records.jsonl"), "forward")
-    entry = {"method": args.method, "hops": args.hops, "train_steps": summary["global_steps"],
-             "train_seconds": summary["train_seconds"], "seed": args.seed, "backbone": args.backbone,
-             "train_n": len(train), "eval_n": len(test), "accuracy": ev["accuracy"], "ci95": ev["accuracy_ci95"],
-             "chance": 0.5, "tokens": ev["mean_generated_tokens"], "chains": chains,
+    # acot_vs_cot's fine-tune + greedy evaluation, in <work>/h<hops>_<steps>/prontoqa/<method>/seed<seed>/
+    work = Path(args.work) / f"h{args.hops}_{args.train_steps}"
+    run = run_one("prontoqa", args.method, args.seed, train, test, None, argparse.Namespace(
+        work=str(work), backbone=args.backbone, preset=None, lr=args.lr, batch_size=args.batch_size,
+        train_seconds=0.0, train_steps=args.train_steps))  # train_seconds: unused, the step budget rules
+    records = load_records(work / "prontoqa" / args.method / f"seed{args.seed}" / "eval_test" / "records.jsonl")
+    chains = trace_order.chain_report(test, records, "forward")
+    entry = {"method": args.method, "hops": args.hops, "train_steps": run["steps"],
+             "train_seconds": run["train_seconds"], "seed": args.seed, "backbone": args.backbone,
+             "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"], "ci95": run["accuracy_ci95"],
+             "chance": 0.5, "tokens": run["mean_generated_tokens"], "chains": chains,
              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(note=args.machine_note),
              "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     out = Path(args.out)
