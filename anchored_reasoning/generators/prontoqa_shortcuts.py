@@ -34,8 +34,10 @@ def parse(question: str) -> tuple[list[Rule], bool, list[Rule]]:
     """(all rules, whether the query has "not", the rules ending in the queried property)."""
     if "True or false:" not in question:
         raise ValueError(f"not a ProntoQA question (no 'True or false:'): {question[-80:]!r}")
+    from anchored_reasoning.anchors import singular
+
     query = question.split("True or false:")[1].strip().rstrip(".")
-    prop = query.split()[-1].lower()
+    prop = singular(query.split()[-1]).lower()  # as prontoqa_rules writes a rule's object
     rules = prontoqa_rules(question)
     return rules, " not " in f" {query} ", [r for r in rules if r[2] == prop]
 
