@@ -66,7 +66,9 @@ def add_token_shift(model: Any, n: int) -> Any:
 
 # --- a saved model type: GPT-2 with a token-shifted input -----------------------------------------
 
+import torch  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model  # noqa: E402
+from transformers.models.gpt2.modeling_gpt2 import GPT2PreTrainedModel  # noqa: E402
 
 
 class ShiftGPT2Config(GPT2Config):
@@ -143,8 +145,11 @@ class ShiftGPT2LMHeadModel(GPT2LMHeadModel):
     config_class = ShiftGPT2Config
 
     def __init__(self, config: ShiftGPT2Config):
-        super().__init__(config)
+        # GPT2LMHeadModel.__init__ would build (and initialise) a plain GPT2Model only to be replaced:
+        # skip to the base class and build the shifted one once.
+        GPT2PreTrainedModel.__init__(self, config)
         self.transformer = ShiftGPT2Model(config)
+        self.lm_head = torch.nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
         self.transformer.zero_shift()  # start as the plain GPT-2 (a converted checkpoint keeps its function)
 
