@@ -17,7 +17,8 @@ SFT's (TRL's own SFTTrainer.compute_loss) on the same batch, measured interleave
 
 On a 2-core CPU the budget is minutes, not the paper's 50 GPU epochs: read the numbers with the
 budget they came with (results at chance are a statement about the budget, not about the methods).
-Finished runs are reused: rerun the same command to resume.
+Finished runs are reused and killed ones resume: rerun the same command. A work folder that holds a run
+with other settings (steps, trace, backbone, examples) is refused with the keys that differ.
 """
 from __future__ import annotations
 
@@ -119,16 +120,17 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
 
     run_dir = Path(args.work) / task / method / f"seed{seed}"
     ckpt = run_dir / "model"
-    if not (ckpt / "train_summary.json").is_file():
-        settings = demo.DemoSettings(seed=seed, backbone=_backbone(args), preset=args.preset, learning_rate=args.lr,
-                                     batch_size=args.batch_size)
-        recipe = demo.method_recipe(method, settings, tokenizer, ckpt, args.train_seconds, task=task,
-                                    options=OPTIONS[task][method])
-        recipe["training"]["max_length"] = 512 if _backbone(args) else 1024  # the backbone has 512 positions
-        if args.train_steps:
-            recipe["training"]["max_steps"] = args.train_steps
-            recipe["training"]["max_train_seconds"] = None
-        ar.run_with_examples(recipe, train, [])
+    settings = demo.DemoSettings(seed=seed, backbone=_backbone(args), preset=args.preset, learning_rate=args.lr,
+                                 batch_size=args.batch_size)
+    recipe = demo.method_recipe(method, settings, tokenizer, ckpt, args.train_seconds, task=task,
+                                options=OPTIONS[task][method])
+    recipe["training"]["max_length"] = 512 if _backbone(args) else 1024  # the backbone has 512 positions
+    if args.train_steps:
+        recipe["training"]["max_steps"] = args.train_steps
+        recipe["training"]["max_train_seconds"] = None
+    # Always through the trainer: a finished run with the same recipe and examples returns at once, one
+    # with other settings (steps, trace, backbone, data) is refused with the differing keys, not reused.
+    ar.run_with_examples(recipe, train, [])
     summary = json.loads((ckpt / "train_summary.json").read_text())
     ev = demo.evaluate(str(ckpt), test, run_dir / "eval_test", MAX_NEW_TOKENS[task], task=task)
     records = [json.loads(line) for line in (run_dir / "eval_test" / "records.jsonl").read_text().splitlines() if line.strip()]

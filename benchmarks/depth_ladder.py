@@ -93,17 +93,18 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     name, options, curriculum = METHODS[label]
     run_dir = Path(args.work) / label / f"seed{seed}"
     ckpt = run_dir / "model"
-    if not (ckpt / "train_summary.json").is_file():
-        settings = demo.DemoSettings(seed=seed, backbone=demo.parse_backbone(args.backbone), learning_rate=args.lr,
-                                     batch_size=args.batch_size)
-        if "k" in options and args.tokens_per_anchor != 1:  # the slot methods: whole anchors, equal slots
-            options = {**options, "tokens_per_anchor": args.tokens_per_anchor}
-        recipe = demo.method_recipe(name, settings, None, ckpt, 0.0, options=options)
-        recipe["training"].update(max_steps=args.train_steps, max_train_seconds=None, curriculum=curriculum,
-                                  max_length=512)
-        if args.min_steps_per_stage is not None:
-            recipe["training"]["curriculum_min_steps_per_stage"] = args.min_steps_per_stage
-        ar.run_with_examples(recipe, train, [])
+    settings = demo.DemoSettings(seed=seed, backbone=demo.parse_backbone(args.backbone), learning_rate=args.lr,
+                                 batch_size=args.batch_size)
+    if "k" in options and args.tokens_per_anchor != 1:  # the slot methods: whole anchors, equal slots
+        options = {**options, "tokens_per_anchor": args.tokens_per_anchor}
+    recipe = demo.method_recipe(name, settings, None, ckpt, 0.0, options=options)
+    recipe["training"].update(max_steps=args.train_steps, max_train_seconds=None, curriculum=curriculum,
+                              max_length=512)
+    if args.min_steps_per_stage is not None:
+        recipe["training"]["curriculum_min_steps_per_stage"] = args.min_steps_per_stage
+    # Always through the trainer: a finished run with this recipe returns at once, a killed one resumes,
+    # and a folder holding a run with other settings is refused with the keys that differ.
+    ar.run_with_examples(recipe, train, [])
     summary = json.loads((ckpt / "train_summary.json").read_text())
     ev = demo.evaluate(str(ckpt), held, run_dir / "eval_generated", MAX_NEW_TOKENS, hops=hops)
     pr = demo.probe(str(ckpt), swapped, run_dir, MAX_NEW_TOKENS, hops)

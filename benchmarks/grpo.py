@@ -195,9 +195,8 @@ def evaluate(ckpt: Path, out: Path, args: argparse.Namespace) -> Path:
 def grpo_run(recipe: str, start: Path, out: Path, seed: int, overrides: list[str]) -> Path:
     from anchored_reasoning.train import grpo
 
-    if (out / "train_summary.json").is_file():
-        return out
-    # rerunning the same command resumes a killed run from its newest checkpoint (train/checkpointing.py)
+    # Always through the trainer (train/checkpointing.py): a finished run with this recipe returns at once,
+    # a killed one resumes from its newest checkpoint, one with other settings is refused with the differing keys.
     return grpo.run(recipe, [f"model.name={start}", f"output_dir={out}", f"seed={seed}", *overrides])
 
 

@@ -70,3 +70,18 @@ def test_a_single_seed_entry_written_before_runs_were_kept_is_rebuilt(tmp_path, 
     assert entry["seeds"] == [0, 1]
     assert entry["accuracy"] == pytest.approx(0.75)
     assert entry["by_hops"]["2"]["accuracy"] == pytest.approx(0.5)
+
+
+def test_a_work_folder_with_another_step_budget_is_refused_not_reused(tmp_path):
+    """run_one used to score whatever finished model sat in <work>/<method>/seed<seed>; now the trainer
+    compares recipes, so a rerun with another budget stops with the differing key."""
+    from anchored_reasoning.errors import ResumeError
+    from anchored_reasoning.eval.probes import binding_probe_examples
+
+    train, held, hops = ladder.ladder_problems([1], 2, 8)
+    args = ladder.parse_args(["--hops", "1", "--train-steps", "2", "--batch-size", "2", "--work", str(tmp_path)])
+    first = ladder.run_one("nocot", 0, train, held, binding_probe_examples(held), hops, args)
+    assert first["steps"] == 2 and len(first["_correct"]) == len(held)
+    args.train_steps = 3
+    with pytest.raises(ResumeError, match="max_steps: 2 .* 3"):
+        ladder.run_one("nocot", 0, train, held, binding_probe_examples(held), hops, args)
