@@ -27,7 +27,6 @@ import datetime as dt
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("acot_vs_cot")
 
@@ -385,10 +385,8 @@ def _write(out: Path, results: dict[str, Any], args, t_start: float) -> None:
             merged["step_time"] = results["step_time"]
         merged["goals"] = goals(merged, merged.get("step_time"))
         merged["notes"] = notes(merged)
-        merged["machine"] = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                             "cpus": os.cpu_count(), "torch_threads": args.threads}
-        if args.machine_note:
-            merged["machine"]["note"] = args.machine_note
+        merged["machine"] = machine_info(torch_threads=args.threads,
+                                         **({"note": args.machine_note} if args.machine_note else {}))
         merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         command = "python benchmarks/acot_vs_cot.py " + " ".join(sys.argv[1:])
         commands = merged.setdefault("commands", {})

@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adlm_vs_mdlm as base  # noqa: E402  (the shared setup: data, models, trainer arguments)
+from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("adlm_ppl_curve")
 GOAL = 0.92
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = [steps_for(s, tps) for s in args.sizes]
     flops_steps = [int(round(s * r)) for s in steps]
     result: dict[str, Any] = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": base.machine(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
         "command": "python benchmarks/adlm_ppl_curve.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "setup": {"sizes_million_tokens": args.sizes, "adlm_steps": steps, "mdlm_steps_equal_flops": flops_steps,
                   "flops_ratio_adlm_over_mdlm": r, "tokens_per_step": tps, "train_tokens_available": n_train,

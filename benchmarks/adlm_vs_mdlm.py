@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from anchored_reasoning.machine import machine_info
+
 log = logging.getLogger("adlm_vs_mdlm")
 
 
@@ -85,12 +87,6 @@ def add_ppl_arguments(ap: argparse.ArgumentParser, *, t_samples: int = 4) -> Non
     ap.add_argument("--tau", type=int, default=5)
     ap.add_argument("--test-tokens", type=int, default=16384, help="score the first N tokens of the test file")
     ap.add_argument("--t-samples", type=int, default=t_samples)
-
-
-def machine() -> dict[str, Any]:
-    from anchored_reasoning.machine import machine_info
-
-    return machine_info()
 
 
 def write(out: Path, result: dict[str, Any]) -> None:
@@ -384,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="adlm_vs_mdlm-"))
     out = Path(args.out)
     t0 = time.perf_counter()
-    result: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+    result: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
                               "command": "python benchmarks/adlm_vs_mdlm.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     if not args.skip_ppl:
         model, tok = part_ppl(args, work, result, out)

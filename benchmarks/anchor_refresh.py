@@ -34,14 +34,13 @@ import datetime as dt
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import diffusion_reasoning as dr  # noqa: E402
+from anchored_reasoning.machine import machine_info  # noqa: E402
 
 logger = logging.getLogger("anchor_refresh")
 VALID_SEED = 4343
@@ -137,7 +136,7 @@ def run_main(args) -> int:
             result.update(rows=rows, picked=chosen)
     result.update(seed=args.seed, held_out_ids=[ex.id for ex in held], valid_ids=[ex.id for ex in valid],
                   models={m: str(dirs[m]) for m in ("mdlm", "tadm_m")}, settings=vars(args), command=" ".join(sys.argv),
-                  date=dt.date.today().isoformat(), machine=dr.machine())
+                  date=dt.date.today().isoformat(), machine=machine_info())
     out.write_text(json.dumps(result, indent=1) + "\n")
     logger.info("wrote %s", out)
     return 0

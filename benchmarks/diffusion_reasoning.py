@@ -53,7 +53,6 @@ import argparse
 import datetime as dt
 import json
 import logging
-import platform
 import shutil
 import sys
 import time
@@ -61,6 +60,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from anchored_reasoning.machine import machine_info
 
 logger = logging.getLogger("diffusion_reasoning")
 CHANCE = 0.5
@@ -207,15 +208,11 @@ def run_main(args) -> int:
         "seed": args.seed, "held_out_ids": [ex.id for ex in held],
         "budget": {name: {"steps": s["global_steps"], "train_seconds": s["train_seconds"]} for name, s in summaries.items()},
         "train_and_load_seconds": round(train_seconds, 1), "settings": vars(args), "command": " ".join(sys.argv),
-        "date": dt.date.today().isoformat(), "machine": machine(), "torch_threads": torch.get_num_threads(),
+        "date": dt.date.today().isoformat(), "machine": machine_info(), "torch_threads": torch.get_num_threads(),
     })
     out.write_text(json.dumps(result, indent=1) + "\n")
     logger.info("wrote %s", out)
     return 0
-
-
-def machine() -> str:
-    return f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} torch thread(s), no GPU".strip()
 
 
 def pooled(per_seed: list[list[bool]]) -> np.ndarray:

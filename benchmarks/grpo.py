@@ -44,21 +44,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("grpo_bench")
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def machine() -> dict[str, Any]:
-    from anchored_reasoning.machine import machine_info
-
-    return machine_info()
-
-
 def stamp(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
             "threads": torch.get_num_threads(),
             "command": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} python benchmarks/grpo.py "
                        + " ".join(sys.argv[1:])}

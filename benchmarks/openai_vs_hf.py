@@ -22,7 +22,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -30,25 +29,11 @@ from pathlib import Path
 
 
 def machine_info() -> dict:
-    import torch
     import transformers
 
-    info = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "loadavg_start": list(os.getloadavg()),
-    }
-    try:
-        model_names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
-        if model_names:
-            info["cpu_model"] = model_names[0]
-    except OSError:
-        pass
-    return info
+    from anchored_reasoning.machine import machine_info as base
+
+    return base(transformers=transformers.__version__)
 
 
 def load_prompts(n: int, data_dir: str | None):

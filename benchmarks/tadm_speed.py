@@ -72,13 +72,13 @@ import argparse
 import datetime as dt
 import json
 import logging
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from anchored_reasoning.machine import machine_info
 
 logger = logging.getLogger("tadm_speed")
 ACCURACY_REASON = "not measured in this run: pass --prosqa for the ProsQA accuracy phase"
@@ -471,13 +471,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def machine_info(note: str) -> dict:
-    """Where a result was measured (recorded in every JSON)."""
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "python": sys.version.split()[0], "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available(), "note": note}
-
-
 def stale_contrast_main(args, command: str) -> int:
     """``--stale-contrast`` (the stale-anchor contrast on logic text, to ``--stale-out``) or
     ``--diagnose`` (the context-use probe of the WikiText models, to ``--diagnose-out``)."""
@@ -490,7 +483,7 @@ def stale_contrast_main(args, command: str) -> int:
     body = diagnose(args, train_models, pretrain_tadm) if args.diagnose else stale_contrast(args)
     result = {"benchmark": "tadm_diagnosis" if args.diagnose else "tadm_stale_contrast",
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine_info("shared 2-core CPU; other jobs ran at the same time"),
+              "machine": machine_info(note="shared 2-core CPU; other jobs ran at the same time"),
               "command": command, **body}
     result["wall_seconds"] = round(time.monotonic() - t0, 1)
     out = Path(args.diagnose_out if args.diagnose else args.stale_out)
@@ -567,7 +560,7 @@ def wikitext_phase(args, command: str) -> dict:
     result = {
         "benchmark": "tadm_speed",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_info("shared 2-core CPU; other jobs may run at the same time, so absolute tokens/s are noisy"),
+        "machine": machine_info(note="shared 2-core CPU; other jobs may run at the same time, so absolute tokens/s are noisy"),
         "command": command,
         "setup": {"sampler": "low_confidence greedy", "prompt": f"first {args.prompt_len} tokens of held-out blocks",
                   "timing": "median of --repeats runs per configuration, configurations interleaved", "steps_T": args.steps, "gen_length": args.gen_length,
