@@ -10,7 +10,7 @@ one of the rules *ending* in the current concept. This counts, along each gold p
   and each chain concept's super-concepts; backward, the rules ending in the queried property (either
   polarity) and then the rules ending in each chain concept; and how far a backward walk from a wrong
   first rule can go (0: it stops at once, so one look-up rejects it).
-* ProsQA (real test; a shortest gold path in the graph): out-degree (forward) and in-degree (backward)
+* ProsQA (real test; the gold proof's path in the graph): out-degree (forward) and in-degree (backward)
   of the path's nodes.
 
 ``--records ORDER RECORDS`` (repeatable) also reads a ProntoQA CoT model's evaluation records on the
@@ -26,7 +26,6 @@ import collections
 import datetime as dt
 import json
 import sys
-from collections import deque
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -69,25 +68,19 @@ def prontoqa_choices(example) -> dict[str, Any]:
 
 
 def prosqa_choices(example) -> dict[str, Any]:
-    """Out-degree (forward) and in-degree (backward) along a shortest entity -> answer path."""
-    edges, root, target = example.meta["edges"], example.meta["root"], example.meta["target"]
+    """Out-degree (forward) and in-degree (backward) along the example's gold proof (its ``steps``, the
+    path CoT is trained to write): the entity, then each step's object."""
+    edges, symbols = example.meta["edges"], example.meta["idx_to_symbol"]
+    index = {name: i for i, name in enumerate(symbols)}
     children: dict[int, set[int]] = collections.defaultdict(set)
     parents: dict[int, set[int]] = collections.defaultdict(set)
     for a, b in edges:
         children[a].add(b)
         parents[b].add(a)
-    prev = {root: None}
-    queue = deque([root])
-    while queue:
-        x = queue.popleft()
-        for y in children[x]:
-            if y not in prev:
-                prev[y] = x
-                queue.append(y)
-    path = [target]
-    while prev[path[-1]] is not None:
-        path.append(prev[path[-1]])
-    path.reverse()
+    path = [example.meta["root"]] + [index[step.rstrip(".").split()[-1]] for step in example.steps]
+    missing = [(a, b) for a, b in zip(path, path[1:]) if b not in children[a]]
+    if missing or path[-1] != example.meta["target"]:
+        raise ValueError(f"{example.id}: gold steps are not a path root -> target in the graph ({missing})")
     return {"forward": [len(children[x]) for x in path[:-1]], "backward": [len(parents[x]) for x in path[1:]]}
 
 

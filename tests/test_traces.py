@@ -99,6 +99,23 @@ def test_trace_order_benchmark_counts_the_choices():
     assert s["wrong_first_rule_backward_depths"] == {0: 50}
 
 
+def test_prosqa_choices_follow_the_gold_proof_and_refuse_a_broken_one():
+    """Degrees are counted along the example's own steps (not some other shortest path): a graph with two
+    shortest paths gives the counts of the one the proof takes."""
+    import trace_order
+
+    # 0 -> 1 -> 3 and 0 -> 2 -> 3; node 2 also has a second parent (4) and a second child (5)
+    meta = {"edges": [[0, 1], [0, 2], [1, 3], [2, 3], [4, 2], [2, 5]], "root": 0, "target": 3,
+            "idx_to_symbol": ["Tom", "wumpus", "yumpus", "lempus", "Bob", "zumpus"]}
+    via = lambda mid: Example(id="p", question="q", answer="lempus", meta=meta,  # noqa: E731
+                              steps=[f"Tom is a {mid}.", f"Every {mid} is a lempus."])
+    assert trace_order.prosqa_choices(via("wumpus")) == {"forward": [2, 1], "backward": [1, 2]}
+    assert trace_order.prosqa_choices(via("yumpus")) == {"forward": [2, 2], "backward": [2, 2]}
+    with pytest.raises(ValueError, match="not a path"):
+        trace_order.prosqa_choices(Example(id="p", question="q", answer="lempus", meta=meta,
+                                           steps=["Tom is a zumpus.", "Every zumpus is a lempus."]))
+
+
 def test_recipes_apply_the_trace_and_refuse_a_bad_one_before_data_work(monkeypatch):
     from anchored_reasoning.train import ar
 
