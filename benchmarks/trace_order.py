@@ -39,10 +39,10 @@ PROPERTY_WORDS = {w for family in PROPERTY_FAMILIES for w in family}
 
 def prontoqa_choices(example) -> dict[str, Any]:
     """Choice counts along one ProntoQA proof (see the module doc)."""
-    from anchored_reasoning.anchors import singular
+    from anchored_reasoning.generators.prontoqa_shortcuts import parse
     from anchored_reasoning.generators.traces import prontoqa_backward, prontoqa_rules
 
-    rules = prontoqa_rules(example.question)
+    rules, _, with_property = parse(example.question)  # the rules ending in the queried property
     into: dict[str, set[str]] = collections.defaultdict(set)
     concepts_of: dict[str, set[str]] = collections.defaultdict(set)  # super-concepts (not properties)
     for subject, _, obj in rules:
@@ -50,13 +50,14 @@ def prontoqa_choices(example) -> dict[str, Any]:
         if obj not in PROPERTY_WORDS:
             concepts_of[subject].add(obj)
     backward = prontoqa_backward(example.steps)
-    goal = singular(backward[0].rstrip(".").split()[-1]).lower()
     chain = [r[0] for r in prontoqa_rules(" ".join(backward[:-1]))]  # subjects: last concept ... entity
+    if chain[0] not in {r[0] for r in with_property}:
+        raise ValueError(f"{example.id}: the proof's last rule does not end in the queried property")
     entity = chain[-1]
     forward = [len(concepts_of[entity])] + [len(concepts_of[c]) for c in reversed(chain[:-1])][:-1]
-    back = [len(into[goal])] + [len(into[c]) for c in chain[:-1]]
+    back = [len(with_property)] + [len(into[c]) for c in chain[:-1]]
     wrong_depths = []
-    for subject in into[goal] - {chain[0]}:
+    for subject in {r[0] for r in with_property} - {chain[0]}:
         depth, frontier = 0, {subject}
         while True:
             frontier = set().union(*(into[c] for c in frontier))
