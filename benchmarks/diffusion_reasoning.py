@@ -117,19 +117,32 @@ def held_out(args) -> list:
     return held
 
 
-def evaluate(model, tok, method, examples, sampler: dict, out_dir: Path, args) -> tuple[dict, list[bool], float]:
-    """One greedy runner pass from scratch with these sampler options (``anchor_refresh_every``,
-    ``block_length``, ``kv_cache``); (summary, per-problem correctness in order, wall seconds)."""
+def timed_pass(model, tok, method, examples, out_dir: Path, *, gen_length: int, batch_size: int,
+               **sampler) -> tuple[dict, float]:
+    """One greedy ProsQA pass of the evaluation runner on the diffusion backend (``gen_length`` tokens in
+    as many steps, low-confidence remasking, these sampler options), from scratch; (summary with the
+    backend's ``anchor_refresh_fraction``, wall seconds). Also ``tadm_speed.py``'s evaluation."""
     from anchored_reasoning.backends.diffusion import DiffusionBackend
-    from anchored_reasoning.eval.runner import load_records, run_eval
+    from anchored_reasoning.eval.runner import run_eval
 
-    backend = DiffusionBackend(model, tokenizer=tok, sampler="low_confidence", steps=args.window, gen_length=args.window,
-                               batch_size=args.eval_batch, device="cpu", **sampler)
+    backend = DiffusionBackend(model, tokenizer=tok, sampler="low_confidence", steps=gen_length, gen_length=gen_length,
+                               batch_size=batch_size, device="cpu", **sampler)
     shutil.rmtree(out_dir, ignore_errors=True)  # a resumed pass would skip generation and its timing
     t0 = time.perf_counter()
-    summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=args.window, progress=False)
+    summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=gen_length,
+                       progress=False)
     secs = time.perf_counter() - t0
     summary["anchor_refresh_fraction"] = backend.anchor_refresh_fraction  # None without an anchor cache
+    return summary, secs
+
+
+def evaluate(model, tok, method, examples, sampler: dict, out_dir: Path, args) -> tuple[dict, list[bool], float]:
+    """:func:`timed_pass` with these sampler options (``anchor_refresh_every``, ``block_length``,
+    ``kv_cache``); (summary, per-problem correctness in order, wall seconds)."""
+    from anchored_reasoning.eval.runner import load_records
+
+    summary, secs = timed_pass(model, tok, method, examples, out_dir, gen_length=args.window,
+                               batch_size=args.eval_batch, **sampler)
     by_id = {r["id"]: bool(r.get("correct")) for r in load_records(out_dir / "records.jsonl")}
     return summary, [by_id[ex.id] for ex in examples], secs
 

@@ -213,19 +213,12 @@ def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
 
 def prosqa_eval(model, tok, method, examples, k: int, out_dir: Path, args) -> tuple[dict, float]:
     """One greedy pass of the evaluation runner (diffusion backend, anchor refreshed every K model
-    calls) over ``examples``, from scratch; returns (runner summary, wall seconds)."""
-    import shutil
+    calls) over ``examples``, from scratch (``diffusion_reasoning.timed_pass``); (runner summary, wall seconds)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from diffusion_reasoning import timed_pass
 
-    from anchored_reasoning.backends.diffusion import DiffusionBackend
-    from anchored_reasoning.eval.runner import run_eval
-
-    g = args.prosqa_gen_length
-    backend = DiffusionBackend(model, tokenizer=tok, sampler="low_confidence", steps=g, gen_length=g,
-                               batch_size=args.prosqa_eval_batch, device="cpu", anchor_refresh_every=k)
-    shutil.rmtree(out_dir, ignore_errors=True)  # a resumed run would skip generation and its timing
-    t0 = time.perf_counter()
-    summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=g, progress=False)
-    return summary, time.perf_counter() - t0
+    return timed_pass(model, tok, method, examples, out_dir, gen_length=args.prosqa_gen_length,
+                      batch_size=args.prosqa_eval_batch, anchor_refresh_every=k)
 
 
 def accuracy_curve(adlm_dir: Path, tok, method, examples, args) -> list[dict]:

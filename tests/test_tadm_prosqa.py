@@ -62,3 +62,35 @@ def test_small_prosqa_recipes_use_the_demo_problem_size():
     assert post["training"]["tadm_objective"] == "posttrain"
     assert post["training"]["response_length"] == sft["training"]["response_length"]
     assert post["training"]["stale_sampling_steps"] == sft["training"]["response_length"]
+
+
+def test_the_benchmarks_timed_pass_grades_every_problem_and_reports_the_anchor_reuse(sft_adlm, tmp_path):
+    """tadm_speed.prosqa_eval and diffusion_reasoning.evaluate share diffusion_reasoning.timed_pass: a
+    fresh greedy pass that writes one record per problem and says how often the anchor was recomputed."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import diffusion_reasoning as dr
+    import tadm_speed
+
+    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.generators.prosqa import generate_dataset
+
+    tok = AutoTokenizer.from_pretrained(sft_adlm)
+    model = AutoModelForMaskedLM.from_pretrained(sft_adlm).eval()
+    method = build_method(None, str(sft_adlm))
+    examples = generate_dataset(3, seed=5, split="t", **SIZE)
+    args = argparse.Namespace(prosqa_gen_length=16, prosqa_eval_batch=2, window=16, eval_batch=2)
+    with torch.no_grad():
+        every, secs = tadm_speed.prosqa_eval(model, tok, method, examples, 1, tmp_path / "k1", args)
+        cached, _ = tadm_speed.prosqa_eval(model, tok, method, examples, 4, tmp_path / "k4", args)
+        summary, correct, _ = dr.evaluate(model, tok, method, examples, {"anchor_refresh_every": 4}, tmp_path / "dr", args)
+    assert every["accuracy"]["n"] == cached["accuracy"]["n"] == 3 and secs > 0
+    assert every["anchor_refresh_fraction"] is None  # K = 1: no anchor cache at all
+    assert 0 < cached["anchor_refresh_fraction"] < 1.0
+    assert len(correct) == 3 and summary["accuracy"]["mean"] == sum(correct) / 3
+    assert summary["anchor_refresh_fraction"] == cached["anchor_refresh_fraction"]
