@@ -26,7 +26,8 @@ hidden ablations):
 Every run has the same number of optimizer steps (``--train-steps``, equal examples); the training
 loss curve of every run is kept in the JSON, so whether a run converged can be read off it.
 Writes ``benchmarks/results/depth_ladder.json`` (merged under a lock: one process per core can run
-disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused: rerun to resume.
+disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused and killed ones resume: rerun
+the same command; a work folder holding a run with other settings is refused with the keys that differ.
 """
 from __future__ import annotations
 
