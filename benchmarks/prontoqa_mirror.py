@@ -8,6 +8,9 @@ accuracy here above 0.5 needs the chain. Fine-tunes ``--backbone`` on ``--train-
 problems at ``--hops`` (seed 100), evaluates greedily on ``--eval-n`` held-out ones (seed 200, questions
 seen in training dropped; the fine-tune and evaluation are ``acot_vs_cot.run_one``'s) and reads the written proofs against the gold (``trace_order.chain_report``).
 Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume).
+Two methods at the same depth are compared problem by problem (exact McNemar, paired bootstrap) from
+their evaluation folders, e.g. ``anchored-reasoning compare <work>/h3_1000/prontoqa/cot/seed0/eval_test
+<work>/h3_1000/prontoqa/nocot/seed0/eval_test`` (the held-out problems are the same for every method).
 """
 from __future__ import annotations
 
