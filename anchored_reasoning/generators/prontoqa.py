@@ -69,7 +69,8 @@ class ProntoQAConfig:
     entity enters. Off (the published construction), that concept is named only in its own rule, and
     "the property rule of a concept named elsewhere" answers every problem without the proof
     (``generators/prontoqa_shortcuts.py``); on, only following the chain back to the entity tells the
-    two rules apart. Twice the facts: mind the model's context at 5 hops.
+    two rules apart. Twice the facts: mind the model's context at 5 hops. Needs ``hops >= 2`` (refused at
+    1: one hop has no chain to mirror, and the count rule answers every problem).
     """
 
     hops: int = 5
@@ -83,6 +84,11 @@ class ProntoQAConfig:
             raise ConfigError(f"ProntoQA generator: hops must be an integer >= 1, got {self.hops!r}")
         if not isinstance(self.mirror_distractor, bool):
             raise ConfigError(f"ProntoQA generator: mirror_distractor must be true or false, got {self.mirror_distractor!r}")
+        if self.mirror_distractor and self.hops < 2:
+            raise ConfigError(
+                f"ProntoQA generator: mirror_distractor needs hops >= 2, got hops={self.hops}: at one hop no chain "
+                "leads to the distractor, so the proof's concept is the one named more often (the entity's "
+                "membership names it) and 'the property rule of a recurring concept' answers every problem")
         if self.n_concepts() > len(CONCEPT_NAMES) + len(EXTRA_CONCEPT_NAMES):
             raise ConfigError(f"ProntoQA generator: hops={self.hops} needs more concept names than available")
 
