@@ -28,6 +28,9 @@ loss curve of every run is kept in the JSON, so whether a run converged can be r
 Writes ``benchmarks/results/depth_ladder.json`` (merged under a lock: one process per core can run
 disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused and killed ones resume: rerun
 the same command; a work folder holding a run with other settings is refused with the keys that differ.
+``goals`` holds the paired comparisons per depth (CoT - No-CoT, anchor_chain - CoT, the paper's hidden
+ablations: ACoT - pause_as_thought, ACoT - acot_keep, ACoT - stepwise, pause_as_thought - pause) and the
+issue's goal check; ``--regoal`` recomputes them and the plot from the kept runs without training.
 """
 from __future__ import annotations
 
@@ -35,8 +38,6 @@ import argparse
 import datetime as dt
 import json
 import logging
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("depth_ladder")
 
@@ -59,6 +61,8 @@ METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "stepwise": ("stepwise", {"stages": K, "remove_steps_per_stage": 1}, True),
     "anchor_chain": ("anchor_chain", {}, False),
 }
+#: (a, b) pairs compared per depth in ``goals["ablations"]``
+ABLATIONS = (("acot", "pause_as_thought"), ("acot", "acot_keep"), ("acot", "stepwise"), ("pause_as_thought", "pause"))
 MAX_NEW_TOKENS = 96  # the longest 4-hop CoT target is ~60 tokens in the backbone's tokenizer
 
 
@@ -82,6 +86,8 @@ def parse_args(argv=None):
     p.add_argument("--work", default="runs/depth_ladder")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "depth_ladder.json"))
     p.add_argument("--machine-note", default=None)
+    p.add_argument("--regoal", action="store_true",
+                   help="train nothing: recompute the goals and the plot of --out from its kept runs (its setup's problems)")
     return p.parse_args(argv)
 
 
@@ -181,6 +187,13 @@ def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
                 h: {**paired(results["anchor_chain"], results[base], hops, h),
                     "token_ratio": results["anchor_chain"]["by_hops"][h]["tokens"] / results[base]["by_hops"][h]["tokens"]}
                 for h in depths}
+    # the paper's hidden ablations, per depth: the anchors under ACoT's own curriculum (pause_as_thought),
+    # step removal (acot_keep keeps the steps), slots at all (stepwise removes steps without them), and
+    # ACoT's curriculum for plain pause tokens
+    ablations = {f"{a}_minus_{b}": {h: paired(results[a], results[b], hops, h) for h in depths}
+                 for a, b in ABLATIONS if {a, b} <= set(results)}
+    if ablations:
+        extra["ablations"] = ablations
     if not learned or not {"acot", "cot", "pause"} <= set(results):
         return {"deepest_learned": learned[-1] if learned else None, "checked": False, **extra}
     h = learned[-1]
@@ -242,6 +255,11 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
+    if args.regoal:
+        setup = json.loads(Path(args.out).read_text())["setup"]
+        _, _, hops = ladder_problems(setup["hops"], setup["held_out_per_depth"], setup["train_problems"])
+        _write(Path(args.out), {}, hops, args, t0)
+        return 0
     check_mergeable(Path(args.out), args.methods, args.seeds)  # before any training
     train, held, hops = ladder_problems(args.hops, args.eval_n, args.train_n)
     swapped = binding_probe_examples(held)
@@ -316,13 +334,17 @@ def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int
         full = {lbl: {**m, "_per_problem": hidden.get(lbl, {})} for lbl, m in methods.items()}
         merged["goals"] = goals(full, hops)
         merged["chance"] = 0.5
+        if not runs:  # --regoal: the runs' own setup, machine, date and commands stay as they were
+            out.write_text(json.dumps(merged, indent=1, default=str) + "\n")
+            plot(methods, out.with_suffix(".png"))
+            return
         merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
                            "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
                            "backbone": args.backbone, "k": K, "tokens_per_anchor": args.tokens_per_anchor,
                            "min_steps_per_stage": args.min_steps_per_stage,
                            "methods": {k: list(v) for k, v in METHODS.items()}}
-        merged["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
-                             **({"note": args.machine_note} if args.machine_note else {})}
+        merged["machine"] = machine_info(torch_threads=args.threads,
+                                         **({"note": args.machine_note} if args.machine_note else {}))
         merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         merged.setdefault("commands", {})[" ".join(args.methods)] = "python benchmarks/depth_ladder.py " + " ".join(sys.argv[1:])
         merged.setdefault("wall_seconds", {})[" ".join(args.methods)] = round(time.monotonic() - t0, 1)

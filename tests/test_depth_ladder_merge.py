@@ -72,6 +72,25 @@ def test_a_single_seed_entry_written_before_runs_were_kept_is_rebuilt(tmp_path, 
     assert entry["by_hops"]["2"]["accuracy"] == pytest.approx(0.5)
 
 
+def test_goals_pair_the_papers_ablations_per_depth_and_regoal_keeps_the_runs(tmp_path, monkeypatch):
+    """ACoT against pause-as-thought (same curriculum, no anchors), against acot_keep (steps kept) and
+    stepwise, per depth and paired; rewriting the goals from the kept runs changes nothing else."""
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    out = tmp_path / "ladder.json"
+    every, half = set(HOPS), {i for i in HOPS if HOPS[i] == 1}
+    ladder._write(out, {"acot": [fake_run(0, every)], "pause_as_thought": [fake_run(0, half)]}, HOPS, args_for([0]), 0.0)
+    before = json.loads(out.read_text())
+    pair = before["goals"]["ablations"]["acot_minus_pause_as_thought"]
+    assert pair["1"]["diff"] == pytest.approx(0.0) and pair["2"]["diff"] == pytest.approx(1.0) and pair["2"]["n"] == 4
+    assert "acot_minus_stepwise" not in before["goals"]["ablations"]  # only pairs that both ran
+    del before["goals"]["ablations"]
+    out.write_text(json.dumps(before))
+    ladder._write(out, {}, HOPS, args_for([0]), 0.0)  # what --regoal does
+    after = json.loads(out.read_text())
+    assert after["goals"]["ablations"]["acot_minus_pause_as_thought"] == pair
+    assert {k: v for k, v in after.items() if k != "goals"} == {k: v for k, v in before.items() if k != "goals"}
+
+
 def test_a_work_folder_with_another_step_budget_is_refused_not_reused(tmp_path):
     """run_one used to score whatever finished model sat in <work>/<method>/seed<seed>; now the trainer
     compares recipes, so a rerun with another budget stops with the differing key."""
