@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fcntl
 import json
 import sys
 from pathlib import Path
@@ -69,10 +70,12 @@ def main(argv=None) -> int:
              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(note=args.machine_note),
              "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     out = Path(args.out)
-    results = json.loads(out.read_text()) if out.is_file() else {}
-    results[key] = entry
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    with open(out.with_suffix(".lock"), "w") as lock:  # one process per core may finish at the same time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(out.read_text()) if out.is_file() else {}
+        results[key] = entry
+        out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(json.dumps({k: entry[k] for k in ("accuracy", "ci95", "tokens")}))
     return 0
 
