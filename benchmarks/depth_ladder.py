@@ -334,20 +334,17 @@ def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int
         full = {lbl: {**m, "_per_problem": hidden.get(lbl, {})} for lbl, m in methods.items()}
         merged["goals"] = goals(full, hops)
         merged["chance"] = 0.5
-        if not runs:  # --regoal: the runs' own setup, machine, date and commands stay as they were
-            out.write_text(json.dumps(merged, indent=1, default=str) + "\n")
-            plot(methods, out.with_suffix(".png"))
-            return
-        merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
-                           "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
-                           "backbone": args.backbone, "k": K, "tokens_per_anchor": args.tokens_per_anchor,
-                           "min_steps_per_stage": args.min_steps_per_stage,
-                           "methods": {k: list(v) for k, v in METHODS.items()}}
-        merged["machine"] = machine_info(torch_threads=args.threads,
-                                         **({"note": args.machine_note} if args.machine_note else {}))
-        merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        merged.setdefault("commands", {})[" ".join(args.methods)] = "python benchmarks/depth_ladder.py " + " ".join(sys.argv[1:])
-        merged.setdefault("wall_seconds", {})[" ".join(args.methods)] = round(time.monotonic() - t0, 1)
+        if runs:  # --regoal passes none: the runs' own setup, machine, date and commands stay as they were
+            merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
+                               "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
+                               "backbone": args.backbone, "k": K, "tokens_per_anchor": args.tokens_per_anchor,
+                               "min_steps_per_stage": args.min_steps_per_stage,
+                               "methods": {k: list(v) for k, v in METHODS.items()}}
+            merged["machine"] = machine_info(torch_threads=args.threads,
+                                             **({"note": args.machine_note} if args.machine_note else {}))
+            merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            merged.setdefault("commands", {})[" ".join(args.methods)] = "python benchmarks/depth_ladder.py " + " ".join(sys.argv[1:])
+            merged.setdefault("wall_seconds", {})[" ".join(args.methods)] = round(time.monotonic() - t0, 1)
         out.write_text(json.dumps(merged, indent=1, default=str) + "\n")
     plot(methods, out.with_suffix(".png"))
 

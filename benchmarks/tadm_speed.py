@@ -80,6 +80,8 @@ import torch
 
 from anchored_reasoning.machine import machine_info
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks imported below, once
+
 logger = logging.getLogger("tadm_speed")
 ACCURACY_REASON = "not measured in this run: pass --prosqa for the ProsQA accuracy phase"
 CHANCE = 0.5  # ProsQA asks "<A> or <B>?"
@@ -214,7 +216,6 @@ def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
 def prosqa_eval(model, tok, method, examples, k: int, out_dir: Path, args) -> tuple[dict, float]:
     """One greedy pass of the evaluation runner (diffusion backend, anchor refreshed every K model
     calls) over ``examples``, from scratch (``diffusion_reasoning.timed_pass``); (runner summary, wall seconds)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from diffusion_reasoning import timed_pass
 
     return timed_pass(model, tok, method, examples, out_dir, gen_length=args.prosqa_gen_length,
@@ -467,7 +468,6 @@ def main(argv=None) -> int:
 def stale_contrast_main(args, command: str) -> int:
     """``--stale-contrast`` (the stale-anchor contrast on logic text, to ``--stale-out``) or
     ``--diagnose`` (the context-use probe of the WikiText models, to ``--diagnose-out``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from tadm_stale_contrast import diagnose, stale_contrast
 
     if args.diagnose and args.pretrain_steps < 1:

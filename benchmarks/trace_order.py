@@ -51,13 +51,14 @@ def prontoqa_choices(example) -> dict[str, Any]:
             concepts_of[subject].add(obj)
     backward = prontoqa_backward(example.steps)
     chain = [r[0] for r in prontoqa_rules(" ".join(backward[:-1]))]  # subjects: last concept ... entity
-    if chain[0] not in {r[0] for r in with_property}:
+    property_heads = {r[0] for r in with_property}
+    if chain[0] not in property_heads:
         raise ValueError(f"{example.id}: the proof's last rule does not end in the queried property")
     entity = chain[-1]
     forward = [len(concepts_of[entity])] + [len(concepts_of[c]) for c in reversed(chain[:-1])][:-1]
     back = [len(with_property)] + [len(into[c]) for c in chain[:-1]]
     wrong_depths = []
-    for subject in {r[0] for r in with_property} - {chain[0]}:
+    for subject in property_heads - {chain[0]}:
         depth, frontier = 0, {subject}
         while True:
             frontier = set().union(*(into[c] for c in frontier))
@@ -71,18 +72,19 @@ def prontoqa_choices(example) -> dict[str, Any]:
 def prosqa_choices(example) -> dict[str, Any]:
     """Out-degree (forward) and in-degree (backward) along the example's gold proof (its ``steps``, the
     path CoT is trained to write): the entity, then each step's object."""
-    edges, symbols = example.meta["edges"], example.meta["idx_to_symbol"]
-    index = {name: i for i, name in enumerate(symbols)}
-    children: dict[int, set[int]] = collections.defaultdict(set)
-    parents: dict[int, set[int]] = collections.defaultdict(set)
-    for a, b in edges:
-        children[a].add(b)
-        parents[b].add(a)
-    path = [example.meta["root"]] + [index[step.rstrip(".").split()[-1]] for step in example.steps]
-    missing = [(a, b) for a, b in zip(path, path[1:]) if b not in children[a]]
-    if missing or path[-1] != example.meta["target"]:
+    from anchored_reasoning.eval.probes import derivation_steps, prosqa_children, prosqa_row_of
+
+    row = prosqa_row_of(example)
+    children = prosqa_children(example)
+    parents: dict[str, set[str]] = collections.defaultdict(set)
+    for a, bs in children.items():
+        for b in bs:
+            parents[b].add(a)
+    path = [row["idx_to_symbol"][row["root"]]] + [b for _, b in derivation_steps(" ".join(example.steps))]
+    missing = [(a, b) for a, b in zip(path, path[1:]) if b not in children.get(a, ())]
+    if missing or path[-1] != row["idx_to_symbol"][row["target"]]:
         raise ValueError(f"{example.id}: gold steps are not a path root -> target in the graph ({missing})")
-    return {"forward": [len(children[x]) for x in path[:-1]], "backward": [len(parents[x]) for x in path[1:]]}
+    return {"forward": [len(children.get(x, ())) for x in path[:-1]], "backward": [len(parents[x]) for x in path[1:]]}
 
 
 def summarize(rows: Iterable[dict[str, Any]], skip_first_backward: bool) -> dict[str, Any]:

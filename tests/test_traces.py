@@ -106,7 +106,7 @@ def test_prosqa_choices_follow_the_gold_proof_and_refuse_a_broken_one():
 
     # 0 -> 1 -> 3 and 0 -> 2 -> 3; node 2 also has a second parent (4) and a second child (5)
     meta = {"edges": [[0, 1], [0, 2], [1, 3], [2, 3], [4, 2], [2, 5]], "root": 0, "target": 3,
-            "idx_to_symbol": ["Tom", "wumpus", "yumpus", "lempus", "Bob", "zumpus"]}
+            "idx_to_symbol": ["Tom", "wumpus", "yumpus", "lempus", "Bob", "zumpus"], "neg_target": 5}
     via = lambda mid: Example(id="p", question="q", answer="lempus", meta=meta,  # noqa: E731
                               steps=[f"Tom is a {mid}.", f"Every {mid} is a lempus."])
     assert trace_order.prosqa_choices(via("wumpus")) == {"forward": [2, 1], "backward": [1, 2]}
