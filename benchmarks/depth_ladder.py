@@ -30,7 +30,8 @@ disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused and 
 the same command; a work folder holding a run with other settings is refused with the keys that differ.
 ``goals`` holds the paired comparisons per depth (CoT - No-CoT, anchor_chain - CoT, the paper's hidden
 ablations: ACoT - pause_as_thought, ACoT - acot_keep, ACoT - stepwise, pause_as_thought - pause) and the
-issue's goal check; ``--regoal`` recomputes them and the plot from the kept runs without training.
+issue's goal check; ``--regoal`` recomputes them and the plot from the kept runs without training
+(the held-out problems' hop counts are kept in the JSON as ``_held_out_hops``).
 """
 from __future__ import annotations
 
@@ -256,9 +257,12 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
     if args.regoal:
-        setup = json.loads(Path(args.out).read_text())["setup"]
-        _, _, hops = ladder_problems(setup["hops"], setup["held_out_per_depth"], setup["train_problems"])
-        _write(Path(args.out), {}, hops, args, t0)
+        old = json.loads(Path(args.out).read_text())
+        hops = old.get("_held_out_hops")
+        if not hops:  # a JSON from before 2026-12-03 (session 16): regenerate the problems to learn them
+            setup = old["setup"]
+            _, _, hops = ladder_problems(setup["hops"], setup["held_out_per_depth"], setup["train_problems"])
+        _write(Path(args.out), {}, {i: int(h) for i, h in hops.items()}, args, t0)
         return 0
     check_mergeable(Path(args.out), args.methods, args.seeds)  # before any training
     train, held, hops = ladder_problems(args.hops, args.eval_n, args.train_n)
@@ -334,6 +338,7 @@ def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int
         full = {lbl: {**m, "_per_problem": hidden.get(lbl, {})} for lbl, m in methods.items()}
         merged["goals"] = goals(full, hops)
         merged["chance"] = 0.5
+        merged["_held_out_hops"] = hops  # what --regoal reads instead of regenerating the problems
         if runs:  # --regoal passes none: the runs' own setup, machine, date and commands stay as they were
             merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
                                "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,

@@ -91,6 +91,27 @@ def test_goals_pair_the_papers_ablations_per_depth_and_regoal_keeps_the_runs(tmp
     assert {k: v for k, v in after.items() if k != "goals"} == {k: v for k, v in before.items() if k != "goals"}
 
 
+def test_regoal_reads_the_held_out_hops_from_the_json_instead_of_regenerating(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    out = tmp_path / "ladder.json"
+    ladder._write(out, {"acot": [fake_run(0, set(HOPS))], "pause_as_thought": [fake_run(0, set())]}, HOPS,
+                  args_for([0]), 0.0)
+    assert json.loads(out.read_text())["_held_out_hops"] == HOPS
+    before = json.loads(out.read_text())["goals"]
+
+    def no_regeneration(*a, **k):
+        raise AssertionError("--regoal regenerated the problems")
+
+    monkeypatch.setattr(ladder, "ladder_problems", no_regeneration)
+    assert ladder.main(["--regoal", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["goals"] == before
+    data = json.loads(out.read_text())
+    del data["_held_out_hops"]  # a JSON written before the map existed falls back to regenerating
+    out.write_text(json.dumps(data))
+    with pytest.raises(AssertionError, match="regenerated"):
+        ladder.main(["--regoal", "--out", str(out)])
+
+
 def test_a_work_folder_with_another_step_budget_is_refused_not_reused(tmp_path):
     """run_one used to score whatever finished model sat in <work>/<method>/seed<seed>; now the trainer
     compares recipes, so a rerun with another budget stops with the differing key."""
