@@ -6,8 +6,11 @@ The published ProntoQA construction (and the real split) is answered by "the pro
 concept is named elsewhere" (``generators/prontoqa_shortcuts.py``); mirrored problems are not, so
 accuracy here above 0.5 needs the chain. Fine-tunes ``--backbone`` on ``--train-n`` generated mirrored
 problems at ``--hops`` (seed 100), evaluates greedily on ``--eval-n`` held-out ones (seed 200, questions
-seen in training dropped; the fine-tune and evaluation are ``acot_vs_cot.run_one``'s) and reads the written proofs against the gold (``trace_order.chain_report``).
-Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume).
+seen in training dropped; the fine-tune and evaluation are ``acot_vs_cot.run_one``'s) and reads the written proofs
+against the gold (``trace_order.chain_report``; an ``anchor_chain`` model's bare chains with
+``trace_order.anchor_chain_report``).
+Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume) and
+its ``summary``: per depth and budget, each method over its seeds and paired with CoT (``summarize``).
 Two methods at the same depth are compared problem by problem (exact McNemar, paired bootstrap) from
 their evaluation folders, e.g. ``anchored-reasoning compare <work>/h3_1000/prontoqa/cot/seed0/eval_test
 <work>/h3_1000/prontoqa/nocot/seed0/eval_test`` (the held-out problems are the same for every method).
@@ -20,10 +23,48 @@ import fcntl
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    """Per depth and step budget (``h2_1000``): each method's accuracy over its seeds (the per-problem
+    accuracy averaged over seeds, 95% bootstrap interval over problems), tokens, and every method paired
+    with CoT: the seed-averaged per-problem difference (paired bootstrap) and an exact McNemar test on the
+    (seed, problem) pairs both ran. Entries without per-problem records (``_correct``) are left out."""
+    from anchored_reasoning.eval.compare import mcnemar_exact
+    from anchored_reasoning.eval.metrics import mean_ci, paired_bootstrap_diff
+
+    groups: dict[str, dict[str, dict[int, dict]]] = {}
+    for e in results.values():
+        if isinstance(e, dict) and e.get("_correct"):
+            groups.setdefault(f"h{e['hops']}_{e['train_steps']}", {}).setdefault(e["method"], {})[e["seed"]] = e
+    out: dict[str, Any] = {}
+    for group, methods in sorted(groups.items()):
+        per_problem = {}
+        row = out[group] = {}
+        for m, seeds in sorted(methods.items()):
+            ids = sorted(set.intersection(*(set(e["_correct"]) for e in seeds.values())))
+            per_problem[m] = {i: sum(e["_correct"][i] for e in seeds.values()) / len(seeds) for i in ids}
+            ci = mean_ci(list(per_problem[m].values()))
+            row[m] = {"seeds": sorted(seeds), "per_seed": [seeds[s]["accuracy"] for s in sorted(seeds)],
+                      "accuracy": round(ci["mean"], 4), "ci95": [round(ci["ci_low"], 4), round(ci["ci_high"], 4)],
+                      "tokens": round(sum(e["tokens"] for e in seeds.values()) / len(seeds), 2), "n": ci["n"]}
+        for m in row:
+            if m == "cot" or "cot" not in row:
+                continue
+            ids = sorted(set(per_problem[m]) & set(per_problem["cot"]))
+            d = paired_bootstrap_diff([per_problem[m][i] for i in ids], [per_problem["cot"][i] for i in ids])
+            both = sorted(set(methods[m]) & set(methods["cot"]))
+            pairs = [(methods[m][s]["_correct"][i], methods["cot"][s]["_correct"][i]) for s in both for i in ids]
+            only_m, only_cot = sum(a > b for a, b in pairs), sum(b > a for a, b in pairs)
+            row[m]["minus_cot"] = {"diff": round(d["diff"], 4), "ci95": [round(d["ci_low"], 4), round(d["ci_high"], 4)],
+                                   "seeds_paired": both, "only_this_right": only_m, "only_cot_right": only_cot,
+                                   "mcnemar_p": float(f"{mcnemar_exact(only_m, only_cot):.3g}")}
+    return out
 
 
 def main(argv=None) -> int:
@@ -62,19 +103,22 @@ def main(argv=None) -> int:
         work=str(work), backbone=args.backbone, preset=None, lr=args.lr, batch_size=args.batch_size,
         train_seconds=0.0, train_steps=args.train_steps))  # train_seconds: unused, the step budget rules
     records = load_records(work / "prontoqa" / args.method / f"seed{args.seed}" / "eval_test" / "records.jsonl")
-    chains = trace_order.chain_report(test, records, "forward")
+    chains = (trace_order.anchor_chain_report(test, records) if args.method == "anchor_chain"
+              else trace_order.chain_report(test, records, "forward"))
     entry = {"method": args.method, "hops": args.hops, "train_steps": run["steps"],
              "train_seconds": run["train_seconds"], "seed": args.seed, "backbone": args.backbone,
              "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"], "ci95": run["accuracy_ci95"],
              "chance": 0.5, "tokens": run["mean_generated_tokens"], "chains": chains,
              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(note=args.machine_note),
-             "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+             "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv),
+             "_correct": {r["id"]: int(bool(r["correct"])) for r in records}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".lock"), "w") as lock:  # one process per core may finish at the same time
         fcntl.flock(lock, fcntl.LOCK_EX)
         results = json.loads(out.read_text()) if out.is_file() else {}
         results[key] = entry
+        results["summary"] = summarize(results)
         out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(json.dumps({k: entry[k] for k in ("accuracy", "ci95", "tokens")}))
     return 0

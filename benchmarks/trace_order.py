@@ -110,6 +110,34 @@ def summarize(rows: Iterable[dict[str, Any]], skip_first_backward: bool) -> dict
     return out
 
 
+def _against_gold(rows) -> dict[str, Any]:
+    """Counts over ``(gold, written, wrong_kind, conclusion_is_gold, correct)`` rows, where ``gold`` and
+    ``written`` are sequences read item by item and ``wrong_kind(i)`` names a wrong written item i."""
+    n = exact = conclusion = right_after = correct = 0
+    at = collections.Counter()
+    first_error = collections.Counter()
+    for gold, written, wrong_kind, conclusion_is_gold, right in rows:
+        n += 1
+        correct += bool(right)
+        exact += written == gold
+        for i, item in enumerate(written[: len(gold)]):
+            at[i] += item == gold[i]
+        wrong = next((i for i, g in enumerate(gold) if i >= len(written) or written[i] != g), None)
+        if wrong is None:
+            first_error["none"] += 1  # the gold read in full (anything written after it is not counted)
+        elif wrong >= len(written):
+            first_error["stopped_short"] += 1
+        else:
+            first_error[wrong_kind(wrong)] += 1
+        if conclusion_is_gold:
+            conclusion += 1
+            right_after += bool(right)
+    return {"n": n, "accuracy": round(correct / max(1, n), 4), "exact": exact,
+            "at_position": [at[i] for i in range(max(at) + 1)] if at else [],
+            "first_error": dict(first_error.most_common()), "conclusion_is_gold": conclusion,
+            "answer_right_when_conclusion_is_gold": right_after}
+
+
 def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dict[str, Any]:
     """How a ProntoQA CoT model's written proofs (eval records) compare with the gold proof in ``order``.
 
@@ -121,35 +149,51 @@ def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dic
     from anchored_reasoning.generators.traces import apply_trace, proof_sentences, prontoqa_rules
 
     by_id = {ex.id: ex for ex in examples}
-    n = exact = conclusion = right_after = correct = 0
-    at = collections.Counter()
-    first_error = collections.Counter()
-    for r in records:
-        ex = by_id[r["id"]]
-        gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in proof_sentences(step)]
-        written = proof_sentences(r["completion"].split("[EoR]")[0].split("###")[0])
-        rules = set(prontoqa_rules(ex.question))
-        n += 1
-        correct += bool(r["correct"])
-        exact += written == gold
-        for i, sentence in enumerate(written[: len(gold)]):
-            at[i] += sentence == gold[i]
-        wrong = next((i for i, g in enumerate(gold) if i >= len(written) or written[i] != g), None)
-        if wrong is None:
-            first_error["none"] += 1
-        elif wrong >= len(written):
-            first_error["stopped_short"] += 1
-        else:
-            parsed = prontoqa_rules(written[wrong])
-            first_error[f"{'conclusion' if wrong == len(gold) - 1 else 'step'}_"
-                        f"{'in_question' if parsed and parsed[0] in rules else 'made_up'}"] += 1
-        if written and written[-1] == gold[-1]:
-            conclusion += 1
-            right_after += bool(r["correct"])
-    return {"order": order, "n": n, "accuracy": round(correct / max(1, n), 4), "exact_proofs": exact,
-            "gold_sentence_at_position": [at[i] for i in range(max(at) + 1)] if at else [],
-            "first_error": dict(first_error.most_common()), "conclusion_is_gold": conclusion,
-            "answer_right_when_conclusion_is_gold": right_after}
+
+    def rows():
+        for r in records:
+            ex = by_id[r["id"]]
+            gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in proof_sentences(step)]
+            written = proof_sentences(r["completion"].split("[EoR]")[0].split("###")[0])
+            rules = set(prontoqa_rules(ex.question))
+
+            def kind(i, gold=gold, written=written, rules=rules):
+                parsed = prontoqa_rules(written[i])
+                return (f"{'conclusion' if i == len(gold) - 1 else 'step'}_"
+                        f"{'in_question' if parsed and parsed[0] in rules else 'made_up'}")
+            yield gold, written, kind, bool(written) and written[-1] == gold[-1], r["correct"]
+
+    c = _against_gold(rows())
+    return {"order": order, "n": c["n"], "accuracy": c["accuracy"], "exact_proofs": c["exact"],
+            "gold_sentence_at_position": c["at_position"], "first_error": c["first_error"],
+            "conclusion_is_gold": c["conclusion_is_gold"],
+            "answer_right_when_conclusion_is_gold": c["answer_right_when_conclusion_is_gold"]}
+
+
+def anchor_chain_report(examples, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """How an ``anchor_chain`` model's written chains (``Sally rompus impus not sour[EoA]``) compare with
+    the gold chain the method trains on: exact chains, the gold anchor at each position, the first wrong
+    anchor (``stopped_short``, ``made_up``: a word that is no concept or property of the question, or
+    ``in_question``: a real one off the chain), and how often the conclusion sentence written after the
+    chain is the gold one and the answer is right then."""
+    from anchored_reasoning.methods.anchored import EOA, AnchorChain
+
+    method = AnchorChain()
+    by_id = {ex.id: ex for ex in examples}
+
+    def rows():
+        for r in records:
+            ex = by_id[r["id"]]
+            gold_chain, _, gold_rest = method.render(ex, "prontoqa").target.partition(EOA)
+            chain, _, rest = r["completion"].partition(EOA)
+            written, words = chain.split(), set(ex.question.replace(".", " ").split())
+            yield (gold_chain.split(), written, lambda i, w=written: "in_question" if w[i] in words else "made_up",
+                   rest.strip().split("\n")[0] == gold_rest.strip().split("\n")[0], r["correct"])
+
+    c = _against_gold(rows())
+    return {"n": c["n"], "accuracy": c["accuracy"], "exact_chains": c["exact"], "gold_anchor_at_position": c["at_position"],
+            "first_error": c["first_error"], "conclusion_is_gold": c["conclusion_is_gold"],
+            "answer_right_when_conclusion_is_gold": c["answer_right_when_conclusion_is_gold"]}
 
 
 def paired_cot(a_json: str, b_json: str, task: str = "prontoqa", method: str = "cot") -> dict[str, Any]:

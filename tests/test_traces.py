@@ -166,3 +166,27 @@ def test_chain_report_reads_written_proofs_against_the_gold_order(tmp_path):
     b.write_text(json.dumps({"prontoqa": {"cot": {"per_problem": {"x": 1.0, "y": 0.0, "z": 0.0, "w": 1.0}}}}))
     p = trace_order.paired_cot(str(a), str(b))
     assert p["n"] == 3 and p["only_a_right"] == 1 and p["only_b_right"] == 0 and p["diff"] == pytest.approx(1 / 3, abs=1e-3)
+
+
+def test_anchor_chain_report_reads_written_chains_against_the_gold_chain():
+    """The bare chain ``Sally rompus impus not sour[EoA]`` is read anchor by anchor against the target the
+    method trains on; the first wrong anchor is a real word of the question or a made-up one."""
+    import trace_order
+    from anchored_reasoning.methods.anchored import AnchorChain
+
+    ex = generate_dataset(4, seed=4, hops=2, mirror_distractor=True)
+    gold = [AnchorChain().render(e, "prontoqa").target for e in ex]
+    chain0 = gold[0].split("[EoA]")[0].split()
+    other = next(w for w in ex[1].question.replace(".", " ").split() if w.endswith("pus") and w not in gold[1])
+    records = [
+        {"id": ex[0].id, "completion": gold[0], "correct": True},
+        {"id": ex[1].id, "completion": " ".join(gold[1].split("[EoA]")[0].split()[:1] + [other]) + "[EoA]\nx\n### True",
+         "correct": False},
+        {"id": ex[2].id, "completion": gold[2].split()[0] + " blorpus[EoA]\n### False", "correct": False},
+        {"id": ex[3].id, "completion": gold[3].split("[EoA]")[0].split()[0] + "[EoA]\n### True", "correct": False},
+    ]
+    r = trace_order.anchor_chain_report(ex, records)
+    assert r["n"] == 4 and r["exact_chains"] == 1 and r["conclusion_is_gold"] == 1
+    assert r["answer_right_when_conclusion_is_gold"] == 1
+    assert r["first_error"] == {"none": 1, "in_question": 1, "made_up": 1, "stopped_short": 1}
+    assert r["gold_anchor_at_position"][: len(chain0)] == [4, 1] + [1] * (len(chain0) - 2)

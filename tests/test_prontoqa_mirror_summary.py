@@ -1,0 +1,33 @@
+"""benchmarks/prontoqa_mirror.py's summary: methods over seeds, each paired with CoT on the same problems."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import prontoqa_mirror as mirror  # noqa: E402
+
+IDS = [f"m{i}" for i in range(10)]
+
+
+def entry(method: str, seed: int, right: int, hops: int = 2) -> dict:
+    """``right`` of the ten problems correct (the first ones)."""
+    return {"method": method, "hops": hops, "train_steps": 100, "seed": seed, "accuracy": right / 10, "tokens": 5.0 + seed,
+            "_correct": {i: int(k < right) for k, i in enumerate(IDS)}}
+
+
+def test_summary_averages_seeds_and_pairs_every_method_with_cot():
+    results = {"a": entry("cot", 0, 4), "b": entry("anchor_chain", 0, 9), "c": entry("anchor_chain", 1, 7),
+               "d": entry("nocot", 0, 5), "e": entry("cot", 0, 10, hops=3), "old": {"method": "cot", "hops": 2}}
+    s = mirror.summarize(results)
+    assert set(s) == {"h2_100", "h3_100"}
+    ac = s["h2_100"]["anchor_chain"]
+    assert ac["seeds"] == [0, 1] and ac["per_seed"] == [0.9, 0.7] and ac["accuracy"] == pytest.approx(0.8)
+    assert ac["tokens"] == pytest.approx(5.5) and ac["n"] == 10
+    pair = ac["minus_cot"]
+    assert pair["diff"] == pytest.approx(0.4) and pair["seeds_paired"] == [0]
+    assert (pair["only_this_right"], pair["only_cot_right"]) == (5, 0) and pair["mcnemar_p"] == pytest.approx(0.0625)
+    assert s["h2_100"]["nocot"]["minus_cot"]["diff"] == pytest.approx(0.1)
+    assert "minus_cot" not in s["h2_100"]["cot"] and "minus_cot" not in s["h3_100"]["cot"]
