@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     """Per depth and step budget (``h2_1000``): each method's accuracy over its seeds (the per-problem
     accuracy averaged over seeds, 95% bootstrap interval over problems), tokens, and every method paired
-    with CoT: the seed-averaged per-problem difference (paired bootstrap) and an exact McNemar test on the
-    (seed, problem) pairs both ran. Entries without per-problem records (``_correct``) are left out."""
+    with CoT on the seeds both ran (same seed: same initialisation and data order): the per-problem
+    difference averaged over those seeds (paired bootstrap) and an exact McNemar test on their (seed,
+    problem) pairs. Entries without per-problem records (``_correct``) are left out."""
     from anchored_reasoning.eval.compare import mcnemar_exact
     from anchored_reasoning.eval.metrics import mean_ci, paired_bootstrap_diff
 
@@ -56,9 +57,12 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         for m in row:
             if m == "cot" or "cot" not in row:
                 continue
-            ids = sorted(set(per_problem[m]) & set(per_problem["cot"]))
-            d = paired_bootstrap_diff([per_problem[m][i] for i in ids], [per_problem["cot"][i] for i in ids])
             both = sorted(set(methods[m]) & set(methods["cot"]))
+            if not both:
+                continue
+            ids = sorted(set.intersection(*(set(methods[x][s]["_correct"]) for x in (m, "cot") for s in both)))
+            mean = {x: [sum(methods[x][s]["_correct"][i] for s in both) / len(both) for i in ids] for x in (m, "cot")}
+            d = paired_bootstrap_diff(mean[m], mean["cot"])
             pairs = [(methods[m][s]["_correct"][i], methods["cot"][s]["_correct"][i]) for s in both for i in ids]
             only_m, only_cot = sum(a > b for a, b in pairs), sum(b > a for a, b in pairs)
             row[m]["minus_cot"] = {"diff": round(d["diff"], 4), "ci95": [round(d["ci_low"], 4), round(d["ci_high"], 4)],
@@ -107,7 +111,8 @@ def main(argv=None) -> int:
               else trace_order.chain_report(test, records, "forward"))
     entry = {"method": args.method, "hops": args.hops, "train_steps": run["steps"],
              "train_seconds": run["train_seconds"], "seed": args.seed, "backbone": args.backbone,
-             "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"], "ci95": run["accuracy_ci95"],
+             "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"],
+             "ci95": [round(x, 4) for x in run["accuracy_ci95"]],
              "chance": 0.5, "tokens": run["mean_generated_tokens"], "chains": chains,
              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(note=args.machine_note),
              "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -27,7 +27,12 @@ def test_summary_averages_seeds_and_pairs_every_method_with_cot():
     assert ac["seeds"] == [0, 1] and ac["per_seed"] == [0.9, 0.7] and ac["accuracy"] == pytest.approx(0.8)
     assert ac["tokens"] == pytest.approx(5.5) and ac["n"] == 10
     pair = ac["minus_cot"]
-    assert pair["diff"] == pytest.approx(0.4) and pair["seeds_paired"] == [0]
+    assert pair["diff"] == pytest.approx(0.5) and pair["seeds_paired"] == [0]  # seed 0 only: 0.9 - 0.4
     assert (pair["only_this_right"], pair["only_cot_right"]) == (5, 0) and pair["mcnemar_p"] == pytest.approx(0.0625)
     assert s["h2_100"]["nocot"]["minus_cot"]["diff"] == pytest.approx(0.1)
+    results["f"] = entry("cot", 1, 0)  # CoT's seed 1 pairs with anchor_chain's seed 1 only
+    pair = mirror.summarize(results)["h2_100"]["anchor_chain"]["minus_cot"]
+    assert pair["seeds_paired"] == [0, 1] and pair["diff"] == pytest.approx((0.5 + 0.7) / 2)
+    assert (pair["only_this_right"], pair["only_cot_right"]) == (12, 0)
+    assert mirror.summarize(results)["h2_100"]["nocot"]["minus_cot"]["seeds_paired"] == [0]
     assert "minus_cot" not in s["h2_100"]["cot"] and "minus_cot" not in s["h3_100"]["cot"]
