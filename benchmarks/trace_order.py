@@ -144,30 +144,41 @@ def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dic
     Sentence by sentence (the gold steps split into sentences): exact proofs, the gold sentence at each
     position, where the first wrong sentence is and whether it is a rule of the question
     (``in_question``) or not (``made_up``), and how often the conclusion (last sentence) is the gold
-    one and the answer is right then.
+    one and the answer is right then. ``by_rule`` reads the same proofs with each sentence parsed to its
+    rule (``("rompus", False, "impus")``), so a right step in other words ("Every rompus is an impus."
+    for the question's "Each rompus is an impus.") counts as right there: the concept chain, as
+    ``anchor_chain_report`` reads a bare chain.
     """
     from anchored_reasoning.generators.traces import apply_trace, proof_sentences, prontoqa_rules
 
     by_id = {ex.id: ex for ex in examples}
+    proofs = []
+    for r in records:
+        ex = by_id[r["id"]]
+        gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in proof_sentences(step)]
+        written = proof_sentences(r["completion"].split("[EoR]")[0].split("###")[0])
+        proofs.append((gold, written, set(prontoqa_rules(ex.question)), r["correct"]))
 
-    def rows():
-        for r in records:
-            ex = by_id[r["id"]]
-            gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in proof_sentences(step)]
-            written = proof_sentences(r["completion"].split("[EoR]")[0].split("###")[0])
-            rules = set(prontoqa_rules(ex.question))
+    def rule(sentence: str):
+        parsed = prontoqa_rules(sentence)
+        return parsed[0] if parsed else sentence
 
-            def kind(i, gold=gold, written=written, rules=rules):
-                parsed = prontoqa_rules(written[i])
-                return (f"{'conclusion' if i == len(gold) - 1 else 'step'}_"
-                        f"{'in_question' if parsed and parsed[0] in rules else 'made_up'}")
-            yield gold, written, kind, bool(written) and written[-1] == gold[-1], r["correct"]
+    def rows(parse):
+        for gold, written, rules, correct in proofs:
+            g, w = [parse(x) for x in gold], [parse(x) for x in written]
 
-    c = _against_gold(rows())
+            def kind(i, n=len(g), written=written, rules=rules):
+                where = "conclusion" if i == n - 1 else "step"
+                return f"{where}_{'in_question' if rule(written[i]) in rules else 'made_up'}"
+            yield g, w, kind, bool(w) and w[-1] == g[-1], correct
+
+    c, by_rule = _against_gold(rows(str)), _against_gold(rows(rule))
     return {"order": order, "n": c["n"], "accuracy": c["accuracy"], "exact_proofs": c["exact"],
             "gold_sentence_at_position": c["at_position"], "first_error": c["first_error"],
             "conclusion_is_gold": c["conclusion_is_gold"],
-            "answer_right_when_conclusion_is_gold": c["answer_right_when_conclusion_is_gold"]}
+            "answer_right_when_conclusion_is_gold": c["answer_right_when_conclusion_is_gold"],
+            "by_rule": {"exact_proofs": by_rule["exact"], "gold_rule_at_position": by_rule["at_position"],
+                        "first_error": by_rule["first_error"]}}
 
 
 def anchor_chain_report(examples, records: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -160,6 +160,16 @@ def test_chain_report_reads_written_proofs_against_the_gold_order(tmp_path):
     assert r["n"] == 3 and r["exact_proofs"] == 1 and r["conclusion_is_gold"] == 1
     assert r["first_error"] == {"none": 1, "step_made_up": 1, "stopped_short": 1}
     assert r["gold_sentence_at_position"][0] == 1
+    assert r["by_rule"]["exact_proofs"] == 1
+
+    # the same proof with one rule in other words: wrong as text, right as a rule
+    i = next(k for k, s in enumerate(gold) if s.startswith(("Every ", "Each ")))
+    q, _, rest = gold[i].partition(" ")
+    reworded = gold[:i] + [("Each " if q == "Every" else "Every ") + rest] + gold[i + 1:]
+    records[0] = {"id": ex[0].id, "completion": "\n".join(reworded) + "[EoR]\n### " + ex[0].answer, "correct": True}
+    r = trace_order.chain_report(ex, records, "backward")
+    assert r["exact_proofs"] == 0 and r["by_rule"]["exact_proofs"] == 1
+    assert r["first_error"]["step_in_question"] == 1 and r["by_rule"]["first_error"]["none"] == 1
 
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"prontoqa": {"cot": {"per_problem": {"x": 1.0, "y": 1.0, "z": 0.0}}}}))
