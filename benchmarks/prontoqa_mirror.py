@@ -9,6 +9,9 @@ problems at ``--hops`` (seed 100), evaluates greedily on ``--eval-n`` held-out o
 seen in training dropped; the fine-tune and evaluation are ``acot_vs_cot.run_one``'s) and reads the written proofs
 against the gold (``trace_order.chain_report``; an ``anchor_chain`` model's bare chains with
 ``trace_order.anchor_chain_report``).
+The polarity probe asks each held-out problem again with its query negated (``eval.probes.
+prontoqa_polarity_examples``: same facts and proof, answer flipped): ``polarity_probe.flip_rate`` is the share
+of answers that follow (a model answering from the facts alone flips none).
 Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume) and
 its ``summary``: per depth and budget, each method over its seeds and paired with CoT (``summarize``).
 Two methods at the same depth are compared problem by problem (exact McNemar, paired bootstrap) from
@@ -91,7 +94,9 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     import trace_order
-    from acot_vs_cot import run_one
+    from acot_vs_cot import MAX_NEW_TOKENS, run_one
+    from anchored_reasoning import demo
+    from anchored_reasoning.eval.probes import probe_summary, prontoqa_polarity_examples
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.generators.prontoqa import generate_dataset
     from anchored_reasoning.machine import machine_info
@@ -106,7 +111,12 @@ def main(argv=None) -> int:
     run = run_one("prontoqa", args.method, args.seed, train, test, None, argparse.Namespace(
         work=str(work), backbone=args.backbone, preset=None, lr=args.lr, batch_size=args.batch_size,
         train_seconds=0.0, train_steps=args.train_steps))  # train_seconds: unused, the step budget rules
-    records = load_records(work / "prontoqa" / args.method / f"seed{args.seed}" / "eval_test" / "records.jsonl")
+    run_dir = work / "prontoqa" / args.method / f"seed{args.seed}"
+    records = load_records(run_dir / "eval_test" / "records.jsonl")
+    # the same problems with the query negated (answer flipped): does the answer follow the question?
+    demo.evaluate(str(run_dir / "model"), prontoqa_polarity_examples(test), run_dir / "eval_polarity",
+                  MAX_NEW_TOKENS["prontoqa"], task="prontoqa")
+    polarity = probe_summary(records, load_records(run_dir / "eval_polarity" / "records.jsonl"))
     chains = (trace_order.anchor_chain_report(test, records) if args.method == "anchor_chain"
               else trace_order.chain_report(test, records, "forward"))
     entry = {"method": args.method, "hops": args.hops, "train_steps": run["steps"],
@@ -114,6 +124,9 @@ def main(argv=None) -> int:
              "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"],
              "ci95": [round(x, 4) for x in run["accuracy_ci95"]],
              "chance": 0.5, "tokens": run["mean_generated_tokens"], "chains": chains,
+             "polarity_probe": {"negated_accuracy": round(polarity["swap_accuracy"]["mean"], 4),
+                                "flip_rate": round(polarity["flip_rate"]["mean"], 4),
+                                "both_right": round(polarity["both_right"]["mean"], 4)},
              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(note=args.machine_note),
              "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv),
              "_correct": {r["id"]: int(bool(r["correct"])) for r in records}}

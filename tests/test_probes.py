@@ -123,3 +123,25 @@ def test_chain_check_reads_a_bare_anchor_chain():
     # sentences still win, and a stray sentence fragment is not read as a chain
     assert derivation_steps("Tom is a wumpus.\n### Tom is a wumpus.") == [("Tom", "wumpus")]
     assert derivation_steps("is a chorpus chorpus. ### Tom is a sterpus.") == []
+
+
+def test_prontoqa_polarity_probe_negates_the_query_and_flips_the_answer():
+    from anchored_reasoning.eval.probes import prontoqa_polarity_examples
+    from anchored_reasoning.generators import prontoqa
+
+    held = prontoqa.generate_dataset(20, seed=3, hops=2, mirror_distractor=True)
+    flipped = prontoqa_polarity_examples(held)
+    task = get_task("prontoqa")
+    for a, b in zip(held, flipped):
+        assert b.id == a.id + SWAP_SUFFIX and b.answer != a.answer and b.steps == a.steps
+        fact_part = a.question.rpartition("True or false:")[0]
+        assert b.question.startswith(fact_part) and (" not " in a.question[len(fact_part):]) != (" not " in b.question[len(fact_part):])
+        assert task.grade(f"### {b.answer}", b).correct and not task.grade(f"### {a.answer}", b).correct
+    assert [e.question for e in prontoqa_polarity_examples(flipped)] == [e.question for e in held]  # an involution
+    # a model that compares its conclusion with the query flips every answer; a constant one flips none
+    follows = [{"id": e.id, "extracted": e.answer, "correct": True} for e in held + flipped]
+    constant = [{"id": e.id, "extracted": "True", "correct": e.answer == "True"} for e in held + flipped]
+    assert probe_summary(follows[:20], follows[20:])["flip_rate"]["mean"] == 1.0
+    assert probe_summary(constant[:20], constant[20:])["flip_rate"]["mean"] == 0.0
+    with pytest.raises(ValueError, match="True or false"):
+        prontoqa_polarity_examples([held[0].__class__(id="x", question="Is Tom a wumpus?", answer="True")])

@@ -20,9 +20,13 @@ explainable:
 >>> swapped = binding_probe_examples(held_out)                 # list[Example], ids "<id>~swap"
 >>> summary = probe_summary(records, swapped_records)          # from two runner record lists
 >>> chains = chain_summary(records, held_out, hops)            # lookup vs search failures per depth
+
+ProntoQA's counterpart of the binding probe negates the query instead
+(:func:`prontoqa_polarity_examples`; the same :func:`probe_summary` reads it).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
@@ -111,6 +115,25 @@ def probe_summary(records: Sequence[dict[str, Any]], swapped_records: Sequence[d
     out = figures(pairs)
     if hops:
         out["by_hops"] = _per_hop(pairs, hops, figures)
+    return out
+
+
+_QUERY = re.compile(r"^(?P<head>.*True or false: \S+ is )(?P<not>not )?(?P<prop>[^.]+)\.$", re.S)
+
+
+def prontoqa_polarity_examples(examples: Sequence[Example]) -> list[Example]:
+    """Each ProntoQA problem with its query negated or un-negated ("True or false: Sally is sour." <->
+    "... is not sour."), the answer flipped, ids ``<id>~swap`` for :func:`probe_summary`. The facts and the
+    proof are unchanged, so a model that compares its conclusion with the query flips its answer; one that
+    answers from the facts alone does not. Raises on a question without such a query."""
+    out = []
+    for ex in examples:
+        m = _QUERY.match((ex.question or "").strip())
+        if m is None or ex.answer not in ("True", "False"):
+            raise ValueError(f"{ex.id}: not a ProntoQA True/False question ending 'True or false: X is [not] P.'")
+        question = m["head"] + ("" if m["not"] else "not ") + m["prop"] + "."
+        out.append(dataclasses.replace(ex, id=ex.id + SWAP_SUFFIX, question=question,
+                                       answer="False" if ex.answer == "True" else "True"))
     return out
 
 
