@@ -198,7 +198,8 @@ def anchor_chain_report(examples, records: Iterable[dict[str, Any]]) -> dict[str
             gold_chain, _, gold_rest = method.render(ex, "prontoqa").target.partition(EOA)
             chain, _, rest = r["completion"].partition(EOA)
             written, words = chain.split(), set(ex.question.replace(".", " ").split())
-            yield (gold_chain.split(), written, lambda i, w=written: "in_question" if w[i] in words else "made_up",
+            yield (gold_chain.split(), written,
+                   lambda i, w=written, words=words: "in_question" if w[i] in words else "made_up",
                    rest.strip().split("\n")[0] == gold_rest.strip().split("\n")[0], r["correct"])
 
     c = _against_gold(rows())
