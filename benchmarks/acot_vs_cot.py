@@ -155,10 +155,10 @@ def _backbone(args) -> str | None:
 
 
 def aggregate(per_seed: list[dict[str, Any]], budget: dict[str, Any]) -> dict[str, Any]:
-    from anchored_reasoning.eval.metrics import mean_ci
+    from anchored_reasoning.eval.metrics import mean_ci, per_problem_over_seeds
 
-    ids = sorted(set.intersection(*(set(r["_correct"]) for r in per_seed)))
-    per_problem = [statistics.mean(float(r["_correct"][i]) for r in per_seed) for i in ids]
+    by_id = per_problem_over_seeds([r["_correct"] for r in per_seed])
+    ids, per_problem = list(by_id), list(by_id.values())
     ci = mean_ci(per_problem)
     return {
         "accuracy": statistics.mean(r["accuracy"] for r in per_seed),

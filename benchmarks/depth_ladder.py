@@ -142,11 +142,11 @@ def _tokens_by_hops(records: list[dict[str, Any]], hops: dict[str, int]) -> dict
 
 def aggregate(runs: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any]:
     """Mean over seeds; 95% bootstrap interval over problems of the per-problem accuracy averaged over seeds."""
-    from anchored_reasoning.eval.metrics import mean_ci
+    from anchored_reasoning.eval.metrics import mean_ci, per_problem_over_seeds
     from anchored_reasoning.eval.probes import CHAIN_KINDS
 
-    ids = sorted(set.intersection(*(set(r["_correct"]) for r in runs)))
-    per_problem = {i: sum(r["_correct"][i] for r in runs) / len(runs) for i in ids}
+    per_problem = per_problem_over_seeds([r["_correct"] for r in runs])
+    ids = list(per_problem)
     by_hops = {}
     for h in sorted({hops[i] for i in ids}):
         ci = mean_ci([per_problem[i] for i in ids if hops[i] == h])

@@ -33,14 +33,45 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+def over_seeds(entries: list[dict[str, Any]], per_problem: dict[str, float]) -> dict[str, Any]:
+    """One method's seeds: accuracy each, the seed-averaged per-problem accuracy with its 95% interval
+    over problems, mean tokens."""
+    from anchored_reasoning.eval.metrics import mean_ci
+
+    ci = mean_ci(list(per_problem.values()))
+    out = {"per_seed": [e["accuracy"] for e in entries], "accuracy": round(ci["mean"], 4),
+           "ci95": [round(ci["ci_low"], 4), round(ci["ci_high"], 4)],
+           "tokens": round(sum(e["tokens"] for e in entries) / len(entries), 2), "n": ci["n"]}
+    return {"seeds": [e["seed"] for e in entries], **out}
+
+
+def paired_with(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> dict[str, Any] | None:
+    """Two methods' per-problem records (``{seed: {id: 0/1}}``) on the seeds both ran (same seed: same
+    initialisation and data order): the per-problem difference averaged over those seeds (paired
+    bootstrap) and an exact McNemar test on their (seed, problem) pairs; None when no seed is shared."""
+    from anchored_reasoning.eval.compare import mcnemar_exact
+    from anchored_reasoning.eval.metrics import paired_bootstrap_diff, per_problem_over_seeds
+
+    both = sorted(set(a) & set(b))
+    if not both:
+        return None
+    mean_a = per_problem_over_seeds([a[s] for s in both])
+    mean_b = per_problem_over_seeds([b[s] for s in both])
+    ids = sorted(set(mean_a) & set(mean_b))
+    d = paired_bootstrap_diff([mean_a[i] for i in ids], [mean_b[i] for i in ids])
+    pairs = [(a[s][i], b[s][i]) for s in both for i in ids]
+    only_a, only_b = sum(x > y for x, y in pairs), sum(y > x for x, y in pairs)
+    return {"diff": round(d["diff"], 4), "ci95": [round(d["ci_low"], 4), round(d["ci_high"], 4)],
+            "seeds_paired": both, "only_this_right": only_a, "only_cot_right": only_b,
+            "mcnemar_p": float(f"{mcnemar_exact(only_a, only_b):.3g}")}
+
+
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     """Per depth and step budget (``h2_1000``): each method's accuracy over its seeds (the per-problem
     accuracy averaged over seeds, 95% bootstrap interval over problems), tokens, and every method paired
-    with CoT on the seeds both ran (same seed: same initialisation and data order): the per-problem
-    difference averaged over those seeds (paired bootstrap) and an exact McNemar test on their (seed,
-    problem) pairs. Entries without per-problem records (``_correct``) are left out."""
-    from anchored_reasoning.eval.compare import mcnemar_exact
-    from anchored_reasoning.eval.metrics import mean_ci, paired_bootstrap_diff
+    with CoT (``paired_with``). Entries graded on the real test too (``--eval-real``) get the same under
+    ``real_test``. Entries without per-problem records (``_correct``) are left out."""
+    from anchored_reasoning.eval.metrics import per_problem_over_seeds
 
     groups: dict[str, dict[str, dict[int, dict]]] = {}
     for e in results.values():
@@ -48,30 +79,47 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             groups.setdefault(f"h{e['hops']}_{e['train_steps']}", {}).setdefault(e["method"], {})[e["seed"]] = e
     out: dict[str, Any] = {}
     for group, methods in sorted(groups.items()):
-        per_problem = {}
         row = out[group] = {}
-        for m, seeds in sorted(methods.items()):
-            ids = sorted(set.intersection(*(set(e["_correct"]) for e in seeds.values())))
-            per_problem[m] = {i: sum(e["_correct"][i] for e in seeds.values()) / len(seeds) for i in ids}
-            ci = mean_ci(list(per_problem[m].values()))
-            row[m] = {"seeds": sorted(seeds), "per_seed": [seeds[s]["accuracy"] for s in sorted(seeds)],
-                      "accuracy": round(ci["mean"], 4), "ci95": [round(ci["ci_low"], 4), round(ci["ci_high"], 4)],
-                      "tokens": round(sum(e["tokens"] for e in seeds.values()) / len(seeds), 2), "n": ci["n"]}
-        for m in row:
-            if m == "cot" or "cot" not in row:
-                continue
-            both = sorted(set(methods[m]) & set(methods["cot"]))
-            if not both:
-                continue
-            ids = sorted(set.intersection(*(set(methods[x][s]["_correct"]) for x in (m, "cot") for s in both)))
-            mean = {x: [sum(methods[x][s]["_correct"][i] for s in both) / len(both) for i in ids] for x in (m, "cot")}
-            d = paired_bootstrap_diff(mean[m], mean["cot"])
-            pairs = [(methods[m][s]["_correct"][i], methods["cot"][s]["_correct"][i]) for s in both for i in ids]
-            only_m, only_cot = sum(a > b for a, b in pairs), sum(b > a for a, b in pairs)
-            row[m]["minus_cot"] = {"diff": round(d["diff"], 4), "ci95": [round(d["ci_low"], 4), round(d["ci_high"], 4)],
-                                   "seeds_paired": both, "only_this_right": only_m, "only_cot_right": only_cot,
-                                   "mcnemar_p": float(f"{mcnemar_exact(only_m, only_cot):.3g}")}
+        for part in ("mirror", "real_test"):
+            graded = {m: {s: (e if part == "mirror" else e["real_test"]) for s, e in seeds.items()
+                          if part == "mirror" or e.get("real_test", {}).get("_correct")}
+                      for m, seeds in methods.items()}
+            for m, seeds in sorted(graded.items()):
+                if not seeds:
+                    continue
+                entries = [{"seed": s, **seeds[s]} for s in sorted(seeds)]
+                summary = over_seeds(entries, per_problem_over_seeds([e["_correct"] for e in entries]))
+                if m != "cot" and graded.get("cot"):
+                    pair = paired_with({s: e["_correct"] for s, e in seeds.items()},
+                                       {s: e["_correct"] for s, e in graded["cot"].items()})
+                    if pair:
+                        summary["minus_cot"] = pair
+                if part == "mirror":
+                    row[m] = summary
+                else:
+                    row[m]["real_test"] = summary
     return out
+
+
+def real_test(run_dir: Path, n: int, method: str) -> dict[str, Any]:
+    """The model of ``run_dir`` graded greedily on the real ProntoQA test (first ``n``), with the shortcut
+    rule's accuracy on the same problems beside it and the written proofs read against the gold."""
+    import trace_order
+    from acot_vs_cot import MAX_NEW_TOKENS
+    from anchored_reasoning import demo
+    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.generators.prontoqa_shortcuts import rule_scores
+    from anchored_reasoning.tasks import get_task
+
+    test = get_task("prontoqa").load("test", limit=n)
+    ev = demo.evaluate(str(run_dir / "model"), test, run_dir / "eval_real", MAX_NEW_TOKENS["prontoqa"], task="prontoqa")
+    records = load_records(run_dir / "eval_real" / "records.jsonl")
+    return {"n": ev["n"], "accuracy": round(ev["accuracy"], 4), "ci95": [round(x, 4) for x in ev["accuracy_ci95"]],
+            "chance": 0.5, "tokens": ev["mean_generated_tokens"], "no_answer": ev["no_answer"],
+            "best_surface_rule": max(rule_scores((e.question, e.answer) for e in test).items(), key=lambda kv: kv[1]),
+            "chains": (trace_order.anchor_chain_report(test, records) if method == "anchor_chain"
+                       else trace_order.chain_report(test, records, "forward")),
+            "_correct": {r["id"]: int(bool(r["correct"])) for r in records}}
 
 
 def main(argv=None) -> int:
@@ -89,6 +137,10 @@ def main(argv=None) -> int:
     p.add_argument("--work", default="runs/prontoqa_mirror")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "prontoqa_mirror.json"))
     p.add_argument("--machine-note", default=None, help="what else ran on the machine (recorded in the JSON)")
+    p.add_argument("--eval-real", type=int, default=0, metavar="N",
+                   help="also grade the fine-tuned model on the first N problems of the real ProntoQA test "
+                        "(800, 5 hops; 0: skip): the shortcut answers those, but a model trained on mirrored "
+                        "problems never saw it pay")
     args = p.parse_args(argv)
     import torch
 
@@ -130,6 +182,8 @@ def main(argv=None) -> int:
              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(note=args.machine_note),
              "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv),
              "_correct": {r["id"]: int(bool(r["correct"])) for r in records}}
+    if args.eval_real:
+        entry["real_test"] = real_test(run_dir, args.eval_real, args.method)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".lock"), "w") as lock:  # one process per core may finish at the same time

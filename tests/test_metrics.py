@@ -10,6 +10,7 @@ from anchored_reasoning.eval.metrics import (
     bootstrap_ci,
     mean_ci,
     paired_bootstrap_diff,
+    per_problem_over_seeds,
     pass_at_k,
     pass_at_k_per_problem,
     sensible_ks,
@@ -83,6 +84,14 @@ def test_paired_diff():
     assert d["p_le_0"] < 0.05
     with pytest.raises(ValueError):
         paired_bootstrap_diff([1, 0], [1])
+
+
+def test_per_problem_over_seeds_averages_on_the_problems_every_seed_graded():
+    seeds = [{"q1": 1, "q2": 0, "q3": 1}, {"q1": 0, "q2": 0, "q3": 1, "q4": 1}]
+    assert per_problem_over_seeds(seeds) == {"q1": 0.5, "q2": 0.0, "q3": 1.0}  # q4: one seed only
+    assert per_problem_over_seeds(seeds[:1]) == {"q1": 1.0, "q2": 0.0, "q3": 1.0}
+    with pytest.raises(ValueError, match="no seeds"):
+        per_problem_over_seeds([])
 
 
 def _rec(i, s, correct, **details):

@@ -36,3 +36,18 @@ def test_summary_averages_seeds_and_pairs_every_method_with_cot():
     assert (pair["only_this_right"], pair["only_cot_right"]) == (12, 0)
     assert mirror.summarize(results)["h2_100"]["nocot"]["minus_cot"]["seeds_paired"] == [0]
     assert "minus_cot" not in s["h2_100"]["cot"] and "minus_cot" not in s["h3_100"]["cot"]
+
+
+def test_real_test_grades_are_summarised_and_paired_like_the_mirrored_ones():
+    results = {"a": entry("cot", 0, 4), "b": entry("anchor_chain", 0, 9), "c": entry("anchor_chain", 1, 7)}
+    results["b"]["real_test"] = {**entry("anchor_chain", 0, 8), "_correct": {i: int(k < 8) for k, i in enumerate(IDS)}}
+    results["a"]["real_test"] = {**entry("cot", 0, 5), "_correct": {i: int(k >= 5) for k, i in enumerate(IDS)}}
+    s = mirror.summarize(results)["h2_100"]
+    real = s["anchor_chain"]["real_test"]
+    assert real["seeds"] == [0] and real["accuracy"] == pytest.approx(0.8)  # seed 1 was not graded on it
+    pair = real["minus_cot"]  # anchor_chain right on m0-m7, CoT on m5-m9
+    assert pair["diff"] == pytest.approx(0.3) and (pair["only_this_right"], pair["only_cot_right"]) == (5, 2)
+    assert s["cot"]["real_test"]["accuracy"] == pytest.approx(0.5) and "minus_cot" not in s["cot"]["real_test"]
+    assert s["anchor_chain"]["accuracy"] == pytest.approx(0.8)  # the mirrored grades are untouched
+    del results["a"]["real_test"]
+    assert "minus_cot" not in mirror.summarize(results)["h2_100"]["anchor_chain"]["real_test"]

@@ -10,7 +10,7 @@ All resampling is seeded, so the same inputs give the same intervals.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -62,6 +62,16 @@ def mean_ci(
     x = np.asarray(values, dtype=float)
     lo, hi = bootstrap_ci(x, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return {"mean": float(x.mean()) if len(x) else math.nan, "ci_low": lo, "ci_high": hi, "n": int(len(x))}
+
+
+def per_problem_over_seeds(correct_by_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each problem's correctness averaged over seeds (``{id: 0/1}`` per seed), on the problems every seed
+    graded: the unit the 95% intervals and paired tests of a multi-seed comparison are taken over (a
+    seed is a re-run of the same problems, not new problems, so the interval stays one over problems)."""
+    if not correct_by_seed:
+        raise ValueError("per_problem_over_seeds: no seeds")
+    ids = sorted(set.intersection(*(set(c) for c in correct_by_seed)))
+    return {i: sum(float(c[i]) for c in correct_by_seed) / len(correct_by_seed) for i in ids}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
