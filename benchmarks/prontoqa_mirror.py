@@ -66,6 +66,12 @@ def paired_with(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> d
             "mcnemar_p": float(f"{mcnemar_exact(only_a, only_b):.3g}")}
 
 
+def group_name(entry: dict[str, Any]) -> str:
+    """``h5_1000`` (evaluated at 5 hops after 1,000 steps), ``h5_1000_train2-3-4-5`` when trained on a mix."""
+    mix = entry.get("train_hops") or [entry["hops"]]
+    return f"h{entry['hops']}_{entry['train_steps']}" + ("" if mix == [entry["hops"]] else "_train" + "-".join(map(str, mix)))
+
+
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     """Per depth and step budget (``h2_1000``): each method's accuracy over its seeds (the per-problem
     accuracy averaged over seeds, 95% bootstrap interval over problems), tokens, and every method paired
@@ -76,7 +82,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     groups: dict[str, dict[str, dict[int, dict]]] = {}
     for e in results.values():
         if isinstance(e, dict) and e.get("_correct"):
-            groups.setdefault(f"h{e['hops']}_{e['train_steps']}", {}).setdefault(e["method"], {})[e["seed"]] = e
+            groups.setdefault(group_name(e), {}).setdefault(e["method"], {})[e["seed"]] = e
     out: dict[str, Any] = {}
     for group, methods in sorted(groups.items()):
         row = out[group] = {}
@@ -128,6 +134,8 @@ def main(argv=None) -> int:
     p.add_argument("--hops", type=int, default=3)
     p.add_argument("--train-steps", type=int, default=1000)
     p.add_argument("--train-n", type=int, default=9000)
+    p.add_argument("--train-hops", type=int, nargs="+", default=None, metavar="H",
+                   help="train on equal shares of these depths (default: --hops only); evaluation stays at --hops")
     p.add_argument("--eval-n", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backbone", default="logic-gpt2-shift")
@@ -154,12 +162,17 @@ def main(argv=None) -> int:
     from anchored_reasoning.machine import machine_info
 
     size = {"hops": args.hops, "mirror_distractor": True}
-    train = generate_dataset(args.train_n, seed=100, split="mtrain", **size)
+    train_hops = sorted(set(args.train_hops or [args.hops]))
+    share = [args.train_n // len(train_hops) + (i < args.train_n % len(train_hops)) for i in range(len(train_hops))]
+    train = [e for h, n in zip(train_hops, share)  # one split name per depth: ids stay unique
+             for e in generate_dataset(n, seed=100, split="mtrain" if h == args.hops else f"mtrain{h}",
+                                       hops=h, mirror_distractor=True)]
     seen = {e.question for e in train}
     test = [e for e in generate_dataset(args.eval_n, seed=200, split="mtest", **size) if e.question not in seen]
-    key = f"{args.method}_h{args.hops}_{args.train_steps}_s{args.seed}"
+    mix = "" if train_hops == [args.hops] else "_train" + "-".join(map(str, train_hops))
+    key = f"{args.method}_h{args.hops}_{args.train_steps}{mix}_s{args.seed}"
     # acot_vs_cot's fine-tune + greedy evaluation, in <work>/h<hops>_<steps>/prontoqa/<method>/seed<seed>/
-    work = Path(args.work) / f"h{args.hops}_{args.train_steps}"
+    work = Path(args.work) / f"h{args.hops}_{args.train_steps}{mix}"
     run = run_one("prontoqa", args.method, args.seed, train, test, None, argparse.Namespace(
         work=str(work), backbone=args.backbone, preset=None, lr=args.lr, batch_size=args.batch_size,
         train_seconds=0.0, train_steps=args.train_steps))  # train_seconds: unused, the step budget rules
@@ -171,7 +184,7 @@ def main(argv=None) -> int:
     polarity = probe_summary(records, load_records(run_dir / "eval_polarity" / "records.jsonl"))
     chains = (trace_order.anchor_chain_report(test, records) if args.method == "anchor_chain"
               else trace_order.chain_report(test, records, "forward"))
-    entry = {"method": args.method, "hops": args.hops, "train_steps": run["steps"],
+    entry = {"method": args.method, "hops": args.hops, "train_hops": train_hops, "train_steps": run["steps"],
              "train_seconds": run["train_seconds"], "seed": args.seed, "backbone": args.backbone,
              "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"],
              "ci95": [round(x, 4) for x in run["accuracy_ci95"]],

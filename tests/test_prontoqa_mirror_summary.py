@@ -51,3 +51,12 @@ def test_real_test_grades_are_summarised_and_paired_like_the_mirrored_ones():
     assert s["anchor_chain"]["accuracy"] == pytest.approx(0.8)  # the mirrored grades are untouched
     del results["a"]["real_test"]
     assert "minus_cot" not in mirror.summarize(results)["h2_100"]["anchor_chain"]["real_test"]
+
+
+def test_runs_trained_on_a_mix_of_depths_are_their_own_group():
+    pure, mixed = entry("anchor_chain", 0, 3, hops=5), entry("anchor_chain", 0, 9, hops=5)
+    mixed["train_hops"] = [2, 3, 4, 5]
+    assert mirror.group_name(pure) == "h5_100" and mirror.group_name({**pure, "train_hops": [5]}) == "h5_100"
+    s = mirror.summarize({"a": pure, "b": mixed})
+    assert s["h5_100"]["anchor_chain"]["accuracy"] == pytest.approx(0.3)
+    assert s["h5_100_train2-3-4-5"]["anchor_chain"]["accuracy"] == pytest.approx(0.9)
