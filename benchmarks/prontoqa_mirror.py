@@ -12,6 +12,8 @@ against the gold (``trace_order.chain_report``; an ``anchor_chain`` model's bare
 The polarity probe asks each held-out problem again with its query negated (``eval.probes.
 prontoqa_polarity_examples``: same facts and proof, answer flipped): ``polarity_probe.flip_rate`` is the share
 of answers that follow (a model answering from the facts alone flips none).
+``--eval-real N`` also grades the model on the real ProntoQA test (5 hops, shortcut open, ``real_test``);
+``--train-hops 2 3 4 5`` trains on equal shares of several depths, evaluated at ``--hops``.
 Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume) and
 its ``summary``: per depth and budget, each method over its seeds and paired with CoT (``summarize``).
 Two methods at the same depth are compared problem by problem (exact McNemar, paired bootstrap) from
