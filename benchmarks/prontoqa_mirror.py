@@ -68,10 +68,23 @@ def paired_with(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> d
             "mcnemar_p": float(f"{mcnemar_exact(only_a, only_b):.3g}")}
 
 
+def mix_suffix(hops: int, train_hops: list[int] | None) -> str:
+    """``""`` when trained at the evaluated depth only, ``_train2-3-4-5`` when trained on a mix."""
+    mix = train_hops or [hops]
+    return "" if mix == [hops] else "_train" + "-".join(map(str, mix))
+
+
 def group_name(entry: dict[str, Any]) -> str:
     """``h5_1000`` (evaluated at 5 hops after 1,000 steps), ``h5_1000_train2-3-4-5`` when trained on a mix."""
-    mix = entry.get("train_hops") or [entry["hops"]]
-    return f"h{entry['hops']}_{entry['train_steps']}" + ("" if mix == [entry["hops"]] else "_train" + "-".join(map(str, mix)))
+    return f"h{entry['hops']}_{entry['train_steps']}" + mix_suffix(entry["hops"], entry.get("train_hops"))
+
+
+def read_chains(method: str, test: list, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The written proofs against the gold: an ``anchor_chain`` model's bare chains, otherwise forward proofs."""
+    import trace_order
+
+    return (trace_order.anchor_chain_report(test, records) if method == "anchor_chain"
+            else trace_order.chain_report(test, records, "forward"))
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +125,6 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
 def real_test(run_dir: Path, n: int, method: str) -> dict[str, Any]:
     """The model of ``run_dir`` graded greedily on the real ProntoQA test (first ``n``), with the shortcut
     rule's accuracy on the same problems beside it and the written proofs read against the gold."""
-    import trace_order
     from acot_vs_cot import MAX_NEW_TOKENS
     from anchored_reasoning import demo
     from anchored_reasoning.eval.runner import load_records
@@ -125,8 +137,7 @@ def real_test(run_dir: Path, n: int, method: str) -> dict[str, Any]:
     return {"n": ev["n"], "accuracy": round(ev["accuracy"], 4), "ci95": [round(x, 4) for x in ev["accuracy_ci95"]],
             "chance": 0.5, "tokens": ev["mean_generated_tokens"], "no_answer": ev["no_answer"],
             "best_surface_rule": max(rule_scores((e.question, e.answer) for e in test).items(), key=lambda kv: kv[1]),
-            "chains": (trace_order.anchor_chain_report(test, records) if method == "anchor_chain"
-                       else trace_order.chain_report(test, records, "forward")),
+            "chains": read_chains(method, test, records),
             "_correct": {r["id"]: int(bool(r["correct"])) for r in records}}
 
 
@@ -155,7 +166,6 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    import trace_order
     from acot_vs_cot import MAX_NEW_TOKENS, run_one
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import probe_summary, prontoqa_polarity_examples
@@ -171,7 +181,7 @@ def main(argv=None) -> int:
                                        hops=h, mirror_distractor=True)]
     seen = {e.question for e in train}
     test = [e for e in generate_dataset(args.eval_n, seed=200, split="mtest", **size) if e.question not in seen]
-    mix = "" if train_hops == [args.hops] else "_train" + "-".join(map(str, train_hops))
+    mix = mix_suffix(args.hops, train_hops)
     key = f"{args.method}_h{args.hops}_{args.train_steps}{mix}_s{args.seed}"
     # acot_vs_cot's fine-tune + greedy evaluation, in <work>/h<hops>_<steps>/prontoqa/<method>/seed<seed>/
     work = Path(args.work) / f"h{args.hops}_{args.train_steps}{mix}"
@@ -184,8 +194,7 @@ def main(argv=None) -> int:
     demo.evaluate(str(run_dir / "model"), prontoqa_polarity_examples(test), run_dir / "eval_polarity",
                   MAX_NEW_TOKENS["prontoqa"], task="prontoqa")
     polarity = probe_summary(records, load_records(run_dir / "eval_polarity" / "records.jsonl"))
-    chains = (trace_order.anchor_chain_report(test, records) if args.method == "anchor_chain"
-              else trace_order.chain_report(test, records, "forward"))
+    chains = read_chains(args.method, test, records)
     entry = {"method": args.method, "hops": args.hops, "train_hops": train_hops, "train_steps": run["steps"],
              "train_seconds": run["train_seconds"], "seed": args.seed, "backbone": args.backbone,
              "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"],
