@@ -128,6 +128,8 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
     if args.train_steps:
         recipe["training"]["max_steps"] = args.train_steps
         recipe["training"]["max_train_seconds"] = None
+    if getattr(args, "extend", False):  # go on from a finished shorter run's last checkpoint (same first steps)
+        recipe["training"]["extend_max_steps"] = True
     # Always through the trainer: a finished run with the same recipe and examples returns at once, one
     # with other settings (steps, trace, backbone, data) is refused with the differing keys, not reused.
     ar.run_with_examples(recipe, train, [])

@@ -122,6 +122,22 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def copy_shorter_run(shorter_work: Path, run_dir: Path) -> None:
+    """Copy the shorter run's model folder (its checkpoints, optimizer state and ``run_config.json``) into
+    ``run_dir`` unless ``run_dir`` already holds a run (a rerun resumes that one); the trainer then extends it
+    (``training.extend_max_steps``) and refuses if anything but the step count differs."""
+    import shutil
+
+    source = shorter_work / run_dir.relative_to(run_dir.parents[2]) / "model"
+    target = run_dir / "model"
+    if (target / "run_config.json").is_file():
+        return
+    if not (source / "run_config.json").is_file():
+        raise SystemExit(f"--extend-from: no finished run in {source}; train it first (same method, depth, seed)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source, target, dirs_exist_ok=True)
+
+
 def real_test(run_dir: Path, n: int, method: str) -> dict[str, Any]:
     """The model of ``run_dir`` graded greedily on the real ProntoQA test (first ``n``), with the shortcut
     rule's accuracy on the same problems beside it and the written proofs read against the gold."""
@@ -162,7 +178,13 @@ def main(argv=None) -> int:
                    help="also grade the fine-tuned model on the first N problems of the real ProntoQA test "
                         "(800, 5 hops; 0: skip): the shortcut answers those, but a model trained on mirrored "
                         "problems never saw it pay")
+    p.add_argument("--extend-from", type=int, default=None, metavar="STEPS",
+                   help="start from the finished --train-steps STEPS run of the same method, depth and seed (copied, "
+                        "then trained on to --train-steps): with the constant learning rate its first STEPS steps "
+                        "are this run's, so a learning curve costs only the steps it adds")
     args = p.parse_args(argv)
+    if args.extend_from is not None and not 0 < args.extend_from < args.train_steps:
+        p.error(f"--extend-from {args.extend_from} must be between 0 and --train-steps {args.train_steps}")
     import torch
 
     torch.set_num_threads(args.threads)
@@ -185,10 +207,12 @@ def main(argv=None) -> int:
     key = f"{args.method}_h{args.hops}_{args.train_steps}{mix}_s{args.seed}"
     # acot_vs_cot's fine-tune + greedy evaluation, in <work>/h<hops>_<steps>/prontoqa/<method>/seed<seed>/
     work = Path(args.work) / f"h{args.hops}_{args.train_steps}{mix}"
+    run_dir = work / "prontoqa" / args.method / f"seed{args.seed}"
+    if args.extend_from is not None:
+        copy_shorter_run(Path(args.work) / f"h{args.hops}_{args.extend_from}{mix}", run_dir)
     run = run_one("prontoqa", args.method, args.seed, train, test, None, argparse.Namespace(
         work=str(work), backbone=args.backbone, preset=None, lr=args.lr, batch_size=args.batch_size,
-        train_seconds=0.0, train_steps=args.train_steps))  # train_seconds: unused, the step budget rules
-    run_dir = work / "prontoqa" / args.method / f"seed{args.seed}"
+        train_seconds=0.0, train_steps=args.train_steps, extend=args.extend_from is not None))
     records = load_records(run_dir / "eval_test" / "records.jsonl")
     # the same problems with the query negated (answer flipped): does the answer follow the question?
     demo.evaluate(str(run_dir / "model"), prontoqa_polarity_examples(test), run_dir / "eval_polarity",

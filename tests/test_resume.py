@@ -280,3 +280,70 @@ def test_run_state_saves_by_wall_time_at_a_stop_and_at_a_new_best():
     # with saving off, nothing asks for a save
     off = SimpleNamespace(save_strategy="no")
     assert not run_state.on_step_end(off, state, TrainerControl(should_training_stop=True)).should_save
+
+
+def test_a_finished_run_extended_to_more_steps_ends_as_a_run_started_with_them(tmp_path):
+    from safetensors.torch import load_file
+
+    base = ["training.save_steps=4", "training.generation_eval=false", "training.curriculum=false",
+            "training.lr_scheduler_type=constant_with_warmup", "training.warmup_steps=2"]
+    ref = _reference("tiny_test", [*base, "training.max_steps=12"], tmp_path / "ref")
+    out = tmp_path / "run"
+    get_trainer("ar")("tiny_test", [*base, "training.max_steps=8", f"output_dir={out}"])
+    assert _summary(out)["global_steps"] == 8
+    with pytest.raises(ResumeError, match="add training.extend_max_steps=true"):  # not without asking
+        get_trainer("ar")("tiny_test", [*base, "training.max_steps=12", f"output_dir={out}"])
+    get_trainer("ar")("tiny_test", [*base, "training.max_steps=12", "training.extend_max_steps=true", f"output_dir={out}"])
+    summary = _summary(out)
+    assert summary["global_steps"] == ref["global_steps"] == 12 and summary["resumed_from_step"] == 8
+    assert _last_loss(summary) == _last_loss(ref)
+    final, ref_final = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "ref" / "model.safetensors"))
+    assert all(torch.equal(final[k], ref_final[k]) for k in ref_final)
+    config = json.loads((out / checkpointing.RUN_CONFIG).read_text())
+    assert config["recipe"]["training"]["max_steps"] == 12 and config["completed_step"] == 12
+    assert config["sessions"][-1]["extended_from_max_steps"] == 8
+    # extended once, the run is finished at its new length: the same command does nothing more
+    get_trainer("ar")("tiny_test", [*base, "training.max_steps=12", "training.extend_max_steps=true", f"output_dir={out}"])
+    assert _summary(out)["global_steps"] == 12
+
+
+@pytest.mark.parametrize("change, problem", [
+    (["training.max_steps=2"], "max_steps must grow from the run's 4; asked for 2"),
+    (["training.max_steps=8", "training.learning_rate=0.01"], "training.learning_rate: 0.001 (in the run) != 0.01"),
+])
+def test_an_extension_that_changes_more_than_the_length_is_refused(tmp_path, change, problem):
+    out = tmp_path / "run"
+    base = ["training.save_steps=2", "training.generation_eval=false", "training.curriculum=false",
+            "training.extend_max_steps=true", f"output_dir={out}"]
+    get_trainer("ar")("tiny_test", [*base, "training.max_steps=4"])
+    with pytest.raises(ResumeError, match="cannot extend this run") as info:
+        get_trainer("ar")("tiny_test", [*base, *change])
+    assert problem in str(info.value)
+
+
+def test_extension_problem_names_what_depends_on_the_length():
+    old = {"training": {"max_steps": 100, "lr_scheduler_type": "constant", "curriculum": False}}
+    diffs = ["training.max_steps: 100 (in the run) != 300 (asked for)"]
+
+    def problem(**training):
+        return checkpointing.extension_problem(old, {"training": {**old["training"], "max_steps": 300, **training}}, diffs)
+
+    assert problem() is None and problem(lr_scheduler_type="constant_with_warmup", warmup_steps=20) is None
+    assert "lr_scheduler_type 'linear' depends on max_steps" in problem(lr_scheduler_type="linear")
+    assert "lr_scheduler_type 'linear'" in checkpointing.extension_problem(
+        {"training": {"max_steps": 100}}, {"training": {"max_steps": 300}}, diffs)  # the Trainer's default schedule
+    assert "warmup_ratio" in problem(warmup_ratio=0.1) and "warmup_ratio" in problem(warmup_steps=0.05)
+    assert "curriculum's stages are shares of max_steps" in problem(curriculum=True)
+
+
+def test_extending_a_run_whose_checkpoints_are_gone_is_an_error(tmp_path):
+    out = tmp_path / "run"
+    base = ["training.save_steps=2", "training.generation_eval=false", "training.curriculum=false",
+            "training.extend_max_steps=true", f"output_dir={out}"]
+    get_trainer("ar")("tiny_test", [*base, "training.max_steps=4"])
+    for folder in out.glob("checkpoint-*"):
+        import shutil
+
+        shutil.rmtree(folder)
+    with pytest.raises(ResumeError, match="no checkpoint is left to continue from"):
+        get_trainer("ar")("tiny_test", [*base, "training.max_steps=6"])

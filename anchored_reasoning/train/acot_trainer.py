@@ -99,6 +99,9 @@ class AnchoredSFTConfig(SFTConfig):
     num_stages: int | None = field(default=None, metadata={"help": "stages to use (default: the method's num_stages)"})
     reset_optimizer_on_stage: bool = field(default=True, metadata={"help": "clear optimizer state at each stage switch (Coconut)"})
     max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this many seconds"})
+    extend_max_steps: bool = field(
+        default=False, metadata={"help": "let a rerun raise max_steps and go on from the last checkpoint (train/checkpointing.py)"}
+    )
     save_every_minutes: float | None = field(
         default=None, metadata={"help": "also save a checkpoint after this much wall time (train/checkpointing.py)"}
     )

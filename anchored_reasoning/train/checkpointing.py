@@ -71,7 +71,10 @@ VOLATILE_KEYS = frozenset({
     "training.save_strategy", "training.save_steps", "training.save_total_limit", "training.save_every_minutes",
     "training.logging_steps", "training.disable_tqdm", "training.log_level", "training.report_to",
     "training.dataloader_num_workers", "training.dataloader_pin_memory", "training.resume_from_checkpoint",
+    "training.extend_max_steps",
 })
+#: Learning-rate schedules whose first N steps do not depend on ``max_steps`` (a run may be extended).
+STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")
 
 
 def with_save_defaults(training: Mapping[str, Any]) -> dict[str, Any]:
@@ -178,11 +181,47 @@ def check_run_config(output_dir: str | os.PathLike, recipe: Mapping[str, Any]) -
         logger.warning("%s: an earlier run with other settings (%s) saved nothing; starting over with these",
                        out, "; ".join(diffs))
         return None
+    if diffs and (recipe.get("training") or {}).get("extend_max_steps"):
+        problem = extension_problem(old.get("recipe") or {}, recipe, diffs)
+        if problem:
+            raise ResumeError(f"{out}: cannot extend this run (training.extend_max_steps): {problem}")
+        logger.info("%s: extending the run from max_steps %s to %s", out,
+                    old["recipe"]["training"]["max_steps"], recipe["training"]["max_steps"])
+        return old
     if diffs:
+        hint = ("\nTo train a finished run longer, add training.extend_max_steps=true (constant learning rate, "
+                "no curriculum; docs/checkpoints.md)." if [_key(d) for d in diffs] == ["training.max_steps"] else "")
         raise ResumeError(
             f"{out} holds a training run with different settings:\n  " + "\n  ".join(diffs)
-            + f"\nRerun with the same settings to resume it, or give a new output_dir (or delete {out}).")
+            + f"\nRerun with the same settings to resume it, or give a new output_dir (or delete {out}).{hint}")
     return old
+
+
+def _key(diff_line: str) -> str:
+    return diff_line.split(":", 1)[0]
+
+
+def extension_problem(old: Mapping[str, Any], new: Mapping[str, Any], diffs: list[str]) -> str | None:
+    """Why a run recorded with recipe ``old`` cannot go on to ``new``'s larger ``max_steps`` as if it had
+    been started with it (None when it can): only ``training.max_steps`` may differ and must grow, and
+    nothing may depend on the run's length (the learning-rate schedule and warm-up, the curriculum's stages)."""
+    others = [d for d in diffs if _key(d) != "training.max_steps"]
+    if others:
+        return "only training.max_steps may change, and these differ too:\n  " + "\n  ".join(others)
+    t_old, t_new = old.get("training") or {}, new.get("training") or {}
+    before, after = t_old.get("max_steps"), t_new.get("max_steps")
+    if not (isinstance(before, int) and isinstance(after, int) and 0 < before < after):
+        return f"training.max_steps must grow from the run's {before!r}; asked for {after!r}"
+    schedule = t_new.get("lr_scheduler_type", "linear")
+    if schedule not in STEP_FREE_SCHEDULES:
+        return (f"lr_scheduler_type {schedule!r} depends on max_steps, so the first {before} steps of a "
+                f"{after}-step run differ from this run's; only {' or '.join(STEP_FREE_SCHEDULES)} can be extended")
+    warmup = t_new.get("warmup_steps") or 0
+    if t_new.get("warmup_ratio") or 0 < float(warmup) < 1:
+        return "a warm-up given as a share of the run (warmup_ratio) depends on max_steps; give warmup_steps in steps"
+    if t_new.get("curriculum"):
+        return "the curriculum's stages are shares of max_steps; a longer run would switch stages at other steps"
+    return None
 
 
 def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, trainer: str) -> ResumePlan:
@@ -212,6 +251,11 @@ def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, tra
         logger.warning("checkpoint %s; falling back to an earlier one", line)
     saved_step = int((old or {}).get("last_checkpoint_step") or 0)
     completed = (old or {}).get("completed_step")
+    extending = bool(old and (old.get("recipe") or {}).get("training", {}).get("max_steps")
+                     != (recipe.get("training") or {}).get("max_steps"))
+    if checkpoint is None and extending:
+        raise ResumeError(f"{out}: cannot extend this run (training.extend_max_steps): no checkpoint is left to "
+                          "continue from (the final model alone has no optimizer state)")
     if checkpoint is None and completed is not None and (out / "config.json").is_file():
         logger.info("%s: training finished at step %s (its checkpoints are gone, the final model is there); "
                     "nothing to do", out, completed)
@@ -231,7 +275,9 @@ def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, tra
         best = state.get("best_model_checkpoint")
         plan.best_checkpoint = Path(best) if best and Path(best).is_dir() else None
         budget = (recipe.get("training") or {}).get("max_train_seconds")
-        plan.complete = bool(plan.step >= int(state.get("max_steps") or 0) > 0
+        asked_steps = (recipe.get("training") or {}).get("max_steps")  # larger than the state's when extended
+        target = asked_steps if isinstance(asked_steps, int) and asked_steps > 0 else int(state.get("max_steps") or 0)
+        plan.complete = bool(plan.step >= target > 0
                              or (budget and plan.seconds_spent >= float(budget)) or plan.saved.get("stopped"))
         plan.finished = plan.complete and bool((old or {}).get("completed_step") == plan.step)
     if plan.finished:
@@ -240,7 +286,8 @@ def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, tra
         return plan
     if old is not None and checkpoint is None:
         logger.warning("%s: the earlier session saved no checkpoint; training starts at step 0", out)
-    sessions.append({"session": plan.session, "started": _now(), "resumed_from_step": plan.step})
+    sessions.append({"session": plan.session, "started": _now(), "resumed_from_step": plan.step,
+                     **({"extended_from_max_steps": old["recipe"]["training"]["max_steps"]} if extending else {})})
     plan.run_config = {**(old or {}), "trainer": trainer, "recipe": recipe, "sessions": sessions,
                        "created": (old or {}).get("created", _now())}
     return plan

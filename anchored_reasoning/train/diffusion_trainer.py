@@ -69,6 +69,9 @@ class DiffusionSFTConfig(SFTConfig):
     loss_normalization: str | None = field(
         default=None, metadata={"help": "sequence (LLaDA, per-row response length) or token (MDLM); default by mode"})
     max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
+    extend_max_steps: bool = field(
+        default=False, metadata={"help": "let a rerun raise max_steps and go on from the last checkpoint (train/checkpointing.py)"}
+    )
     save_every_minutes: float | None = field(
         default=None, metadata={"help": "also save a checkpoint after this much wall time (train/checkpointing.py)"})
     # TRL defaults that do not fit pre-tokenized diffusion rows:

@@ -35,6 +35,9 @@ class AnchoredGRPOConfig(GRPOConfig):
     gamma: float = field(default=1.0, metadata={"help": "weight of the anchor cross-entropy at [ANT] slots (0 = plain GRPO)"})
     ant_token: str = field(default="[ANT]", metadata={"help": "the anchor slot token"})
     max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this many seconds"})
+    extend_max_steps: bool = field(
+        default=False, metadata={"help": "let a rerun raise max_steps and go on from the last checkpoint (train/checkpointing.py)"}
+    )
     save_every_minutes: float | None = field(
         default=None, metadata={"help": "also save a checkpoint after this much wall time (train/checkpointing.py)"})
     report_to: str | list[str] | None = "none"
