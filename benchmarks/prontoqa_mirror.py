@@ -14,8 +14,10 @@ prontoqa_polarity_examples``: same facts and proof, answer flipped): ``polarity_
 of answers that follow (a model answering from the facts alone flips none).
 ``--eval-real N`` also grades the model on the real ProntoQA test (5 hops, shortcut open, ``real_test``);
 ``--train-hops 2 3 4 5`` trains on equal shares of several depths, evaluated at ``--hops``.
-Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume) and
-its ``summary``: per depth and budget, each method over its seeds and paired with CoT (``summarize``).
+Writes ``benchmarks/results/prontoqa_mirror.json`` (one entry per method/hops/steps/seed; reruns resume), its
+``summary``: per depth and budget, each method over its seeds and paired with CoT (``summarize``), and its
+``curves``: one run graded after several budgets (``learning_curves``; ``--extend-from 1000 --train-steps 2000``
+trains the finished 1,000-step run on, which with the constant learning rate is the 2,000-step run).
 Two methods at the same depth are compared problem by problem (exact McNemar, paired bootstrap) from
 their evaluation folders, e.g. ``anchored-reasoning compare <work>/h3_1000/prontoqa/cot/seed0/eval_test
 <work>/h3_1000/prontoqa/nocot/seed0/eval_test`` (the held-out problems are the same for every method).
@@ -120,6 +122,24 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 else:
                     row[m]["real_test"] = summary
     return out
+
+
+def learning_curves(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Each method, depth (and training mix) and seed graded after several step budgets (``--extend-from``
+    makes the longer ones continuations of the shorter): accuracy, exact chains, polarity flips and, where
+    graded, the real test's accuracy, by steps. Keyed ``anchor_chain_h4_s0``; single budgets are left out."""
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for e in results.values():
+        if not (isinstance(e, dict) and e.get("_correct")):
+            continue
+        point = {"steps": e["train_steps"], "accuracy": e["accuracy"], "ci95": e.get("ci95"),
+                 "exact_chains": (e.get("chains") or {}).get("exact_chains"),
+                 "flip_rate": (e.get("polarity_probe") or {}).get("flip_rate")}
+        if e.get("real_test"):
+            point["real_test"] = e["real_test"]["accuracy"]
+        name = f"{e['method']}_h{e['hops']}{mix_suffix(e['hops'], e.get('train_hops'))}_s{e['seed']}"
+        curves.setdefault(name, []).append(point)
+    return {k: sorted(v, key=lambda p: p["steps"]) for k, v in sorted(curves.items()) if len(v) > 1}
 
 
 def copy_shorter_run(shorter_work: Path, run_dir: Path) -> None:
@@ -239,6 +259,7 @@ def main(argv=None) -> int:
         results = json.loads(out.read_text()) if out.is_file() else {}
         results[key] = entry
         results["summary"] = summarize(results)
+        results["curves"] = learning_curves(results)
         out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(json.dumps({k: entry[k] for k in ("accuracy", "ci95", "tokens")}))
     return 0

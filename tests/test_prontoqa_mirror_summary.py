@@ -60,3 +60,17 @@ def test_runs_trained_on_a_mix_of_depths_are_their_own_group():
     s = mirror.summarize({"a": pure, "b": mixed})
     assert s["h5_100"]["anchor_chain"]["accuracy"] == pytest.approx(0.3)
     assert s["h5_100_train2-3-4-5"]["anchor_chain"]["accuracy"] == pytest.approx(0.9)
+
+
+def test_learning_curves_follow_one_run_over_its_step_budgets():
+    results = {"a": entry("anchor_chain", 0, 5), "b": {**entry("anchor_chain", 0, 8), "train_steps": 300},
+               "c": {**entry("anchor_chain", 0, 9), "train_steps": 200, "chains": {"exact_chains": 7},
+                     "polarity_probe": {"flip_rate": 0.9}, "real_test": {"accuracy": 0.75}},
+               "d": entry("cot", 0, 4), "e": {**entry("anchor_chain", 0, 6), "train_hops": [2, 3]},
+               "summary": {"h2_100": {}}}
+    curves = mirror.learning_curves(results)
+    assert list(curves) == ["anchor_chain_h2_s0"]  # CoT and the mix were graded after one budget only
+    points = curves["anchor_chain_h2_s0"]
+    assert [p["steps"] for p in points] == [100, 200, 300] and [p["accuracy"] for p in points] == [0.5, 0.9, 0.8]
+    assert points[1]["exact_chains"] == 7 and points[1]["flip_rate"] == 0.9 and points[1]["real_test"] == 0.75
+    assert "real_test" not in points[0] and points[0]["exact_chains"] is None
