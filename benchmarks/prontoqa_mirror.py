@@ -70,15 +70,16 @@ def paired_with(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> d
             "mcnemar_p": float(f"{mcnemar_exact(only_a, only_b):.3g}")}
 
 
-def mix_suffix(hops: int, train_hops: list[int] | None) -> str:
-    """``""`` when trained at the evaluated depth only, ``_train2-3-4-5`` when trained on a mix."""
+def mix_suffix(hops: int, train_hops: list[int] | None, standard: int = 0) -> str:
+    """``""`` when trained at the evaluated depth only, ``_train2-3-4-5`` when trained on a mix, ``_std1800``
+    appended when 1,800 of the training problems were of the published construction (``--train-standard``)."""
     mix = train_hops or [hops]
-    return "" if mix == [hops] else "_train" + "-".join(map(str, mix))
+    return ("" if mix == [hops] else "_train" + "-".join(map(str, mix))) + (f"_std{standard}" if standard else "")
 
 
 def group_name(entry: dict[str, Any]) -> str:
     """``h5_1000`` (evaluated at 5 hops after 1,000 steps), ``h5_1000_train2-3-4-5`` when trained on a mix."""
-    return f"h{entry['hops']}_{entry['train_steps']}" + mix_suffix(entry["hops"], entry.get("train_hops"))
+    return f"h{entry['hops']}_{entry['train_steps']}" + mix_suffix(entry["hops"], entry.get("train_hops"), entry.get("train_standard", 0))
 
 
 def read_chains(method: str, test: list, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -137,7 +138,7 @@ def learning_curves(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                  "flip_rate": (e.get("polarity_probe") or {}).get("flip_rate")}
         if e.get("real_test"):
             point["real_test"] = e["real_test"]["accuracy"]
-        name = f"{e['method']}_h{e['hops']}{mix_suffix(e['hops'], e.get('train_hops'))}_s{e['seed']}"
+        name = f"{e['method']}_h{e['hops']}{mix_suffix(e['hops'], e.get('train_hops'), e.get('train_standard', 0))}_s{e['seed']}"
         curves.setdefault(name, []).append(point)
     return {k: sorted(v, key=lambda p: p["steps"]) for k, v in sorted(curves.items()) if len(v) > 1}
 
@@ -202,7 +203,14 @@ def main(argv=None) -> int:
                    help="start from the finished --train-steps STEPS run of the same method, depth and seed (copied, "
                         "then trained on to --train-steps): with the constant learning rate its first STEPS steps "
                         "are this run's, so a learning curve costs only the steps it adds")
+    p.add_argument("--train-standard", type=int, default=0, metavar="N",
+                   help="draw N of the --train-n problems from the published construction at --hops (its shortcut "
+                        "open, like the real split's; the rest mirrored): does the model then read the real test's "
+                        "proofs as it reads the mirrored ones? The mirrored grades and the polarity probe stay "
+                        "shortcut-free")
     args = p.parse_args(argv)
+    if not 0 <= args.train_standard < args.train_n:
+        p.error(f"--train-standard {args.train_standard} must be between 0 and --train-n {args.train_n}")
     if args.extend_from is not None and not 0 < args.extend_from < args.train_steps:
         p.error(f"--extend-from {args.extend_from} must be between 0 and --train-steps {args.train_steps}")
     import torch
@@ -217,13 +225,20 @@ def main(argv=None) -> int:
 
     size = {"hops": args.hops, "mirror_distractor": True}
     train_hops = sorted(set(args.train_hops or [args.hops]))
-    share = [args.train_n // len(train_hops) + (i < args.train_n % len(train_hops)) for i in range(len(train_hops))]
+    mirrored = args.train_n - args.train_standard
+    share = [mirrored // len(train_hops) + (i < mirrored % len(train_hops)) for i in range(len(train_hops))]
     train = [e for h, n in zip(train_hops, share)  # one split name per depth: ids stay unique
              for e in generate_dataset(n, seed=100, split="mtrain" if h == args.hops else f"mtrain{h}",
                                        hops=h, mirror_distractor=True)]
+    if args.train_standard:  # the published construction (the real split's), none of the real test's questions
+        from anchored_reasoning.tasks import get_task
+
+        real = {e.question for e in get_task("prontoqa").load("test")}
+        train += [e for e in generate_dataset(args.train_standard, seed=101, split="strain", hops=args.hops)
+                  if e.question not in real]
     seen = {e.question for e in train}
     test = [e for e in generate_dataset(args.eval_n, seed=200, split="mtest", **size) if e.question not in seen]
-    mix = mix_suffix(args.hops, train_hops)
+    mix = mix_suffix(args.hops, train_hops, args.train_standard)
     key = f"{args.method}_h{args.hops}_{args.train_steps}{mix}_s{args.seed}"
     # acot_vs_cot's fine-tune + greedy evaluation, in <work>/h<hops>_<steps>/prontoqa/<method>/seed<seed>/
     work = Path(args.work) / f"h{args.hops}_{args.train_steps}{mix}"
@@ -240,6 +255,7 @@ def main(argv=None) -> int:
     polarity = probe_summary(records, load_records(run_dir / "eval_polarity" / "records.jsonl"))
     chains = read_chains(args.method, test, records)
     entry = {"method": args.method, "hops": args.hops, "train_hops": train_hops, "train_steps": run["steps"],
+             **({"train_standard": args.train_standard} if args.train_standard else {}),
              "train_seconds": run["train_seconds"], "seed": args.seed, "backbone": args.backbone,
              "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"],
              "ci95": [round(x, 4) for x in run["accuracy_ci95"]],

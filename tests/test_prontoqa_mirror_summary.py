@@ -74,3 +74,11 @@ def test_learning_curves_follow_one_run_over_its_step_budgets():
     assert [p["steps"] for p in points] == [100, 200, 300] and [p["accuracy"] for p in points] == [0.5, 0.9, 0.8]
     assert points[1]["exact_chains"] == 7 and points[1]["flip_rate"] == 0.9 and points[1]["real_test"] == 0.75
     assert "real_test" not in points[0] and points[0]["exact_chains"] is None
+
+
+def test_runs_with_problems_of_the_published_construction_are_their_own_group():
+    mixed = {**entry("anchor_chain", 0, 9, hops=5), "train_hops": [2, 3, 4, 5], "train_standard": 1800}
+    assert mirror.group_name(mixed) == "h5_100_train2-3-4-5_std1800"
+    assert mirror.mix_suffix(5, [5], 1800) == "_std1800" and mirror.mix_suffix(5, [5]) == ""
+    s = mirror.summarize({"a": mixed, "b": {**mixed, "train_standard": 0}})
+    assert set(s) == {"h5_100_train2-3-4-5_std1800", "h5_100_train2-3-4-5"}
