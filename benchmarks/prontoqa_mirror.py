@@ -128,13 +128,14 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
 def learning_curves(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Each method, depth (and training mix) and seed graded after several step budgets (``--extend-from``
     makes the longer ones continuations of the shorter): accuracy, exact chains, polarity flips and, where
-    graded, the real test's accuracy, by steps. Keyed ``anchor_chain_h4_s0``; single budgets are left out."""
+    graded, the real test's accuracy, by steps (exact chains: an ``anchor_chain`` model's bare chains, a CoT
+    model's written proofs). Keyed ``anchor_chain_h4_s0``; single budgets are left out."""
     curves: dict[str, list[dict[str, Any]]] = {}
     for e in results.values():
         if not (isinstance(e, dict) and e.get("_correct")):
             continue
         point = {"steps": e["train_steps"], "accuracy": e["accuracy"], "ci95": e.get("ci95"),
-                 "exact_chains": (e.get("chains") or {}).get("exact_chains"),
+                 "exact_chains": (e.get("chains") or {}).get("exact_chains", (e.get("chains") or {}).get("exact_proofs")),
                  "flip_rate": (e.get("polarity_probe") or {}).get("flip_rate")}
         if e.get("real_test"):
             point["real_test"] = e["real_test"]["accuracy"]

@@ -66,10 +66,12 @@ def test_learning_curves_follow_one_run_over_its_step_budgets():
     results = {"a": entry("anchor_chain", 0, 5), "b": {**entry("anchor_chain", 0, 8), "train_steps": 300},
                "c": {**entry("anchor_chain", 0, 9), "train_steps": 200, "chains": {"exact_chains": 7},
                      "polarity_probe": {"flip_rate": 0.9}, "real_test": {"accuracy": 0.75}},
-               "d": entry("cot", 0, 4), "e": {**entry("anchor_chain", 0, 6), "train_hops": [2, 3]},
+               "d": {**entry("cot", 0, 4), "chains": {"exact_proofs": 3}}, "d2": {**entry("cot", 0, 6), "train_steps": 50},
+               "e": {**entry("anchor_chain", 0, 6), "train_hops": [2, 3]},
                "summary": {"h2_100": {}}}
     curves = mirror.learning_curves(results)
-    assert list(curves) == ["anchor_chain_h2_s0"]  # CoT and the mix were graded after one budget only
+    assert list(curves) == ["anchor_chain_h2_s0", "cot_h2_s0"]  # the mix was graded after one budget only
+    assert [(p["steps"], p["exact_chains"]) for p in curves["cot_h2_s0"]] == [(50, None), (100, 3)]  # a CoT's proofs
     points = curves["anchor_chain_h2_s0"]
     assert [p["steps"] for p in points] == [100, 200, 300] and [p["accuracy"] for p in points] == [0.5, 0.9, 0.8]
     assert points[1]["exact_chains"] == 7 and points[1]["flip_rate"] == 0.9 and points[1]["real_test"] == 0.75
