@@ -143,7 +143,8 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
         "mean_generated_tokens": ev["mean_generated_tokens"],
         "no_answer": ev["no_answer"],
         "steps": summary["global_steps"],
-        "train_seconds": summary["train_seconds"],
+        "train_seconds": summary["train_seconds"],  # this session's; an extended or resumed run's total is below
+        "train_seconds_all_sessions": summary.get("train_seconds_all_sessions", summary["train_seconds"]),
         "final_stage": summary["final_stage"],
         "stages_planned": summary["stages_planned"],
         "_correct": {r["id"]: bool(r["correct"]) for r in records},

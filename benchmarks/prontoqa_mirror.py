@@ -257,7 +257,8 @@ def main(argv=None) -> int:
     chains = read_chains(args.method, test, records)
     entry = {"method": args.method, "hops": args.hops, "train_hops": train_hops, "train_steps": run["steps"],
              **({"train_standard": args.train_standard} if args.train_standard else {}),
-             "train_seconds": run["train_seconds"], "seed": args.seed, "backbone": args.backbone,
+             "train_seconds": run["train_seconds"], "train_seconds_all_sessions": run["train_seconds_all_sessions"],
+             "seed": args.seed, "backbone": args.backbone,
              "train_n": len(train), "eval_n": len(test), "accuracy": run["accuracy"],
              "ci95": [round(x, 4) for x in run["accuracy_ci95"]],
              "chance": 0.5, "tokens": run["mean_generated_tokens"], "chains": chains,
