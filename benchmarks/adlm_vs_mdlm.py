@@ -257,7 +257,7 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
     from anchored_reasoning.backends.diffusion import DiffusionBackend
     from anchored_reasoning.eval.runner import run_eval
     from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.ar import generate_examples
+    from anchored_reasoning.train.data_sources import generate_examples
     from anchored_reasoning.train.diffusion import run as train_run
 
     params = {"num_nodes": args.sft_nodes, "min_hops": 1, "max_hops": 2}

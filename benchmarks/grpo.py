@@ -177,7 +177,7 @@ def evaluate(ckpt: Path, out: Path, args: argparse.Namespace) -> Path:
         backend = get_backend("hf", str(ckpt), batch_size=32)
     examples = None
     if args.eval_generator is not None:  # held-out problems from the task's generator (seed 999, not a training seed)
-        from anchored_reasoning.train.ar import generate_examples
+        from anchored_reasoning.train.data_sources import generate_examples
 
         examples = generate_examples(meta.get("task"), args.eval_limit, 999, json.loads(args.eval_generator),
                                      split="heldout")

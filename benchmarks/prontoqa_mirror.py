@@ -70,6 +70,22 @@ def paired_with(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> d
             "mcnemar_p": float(f"{mcnemar_exact(only_a, only_b):.3g}")}
 
 
+def train_sources(hops: int, train_hops: list[int], train_n: int, standard: int = 0) -> list[dict[str, Any]]:
+    """The training set as a recipe's ``data.train.mix`` (train/data_sources.py): ``train_n - standard``
+    mirrored problems split evenly over ``train_hops`` (seed 100), then ``standard`` of the published
+    construction at ``hops`` (seed 101; the real test's questions excluded). ``train/prontoqa_real_cpu.yaml``
+    holds the same list."""
+    mirrored = train_n - standard
+    share = [mirrored // len(train_hops) + (i < mirrored % len(train_hops)) for i in range(len(train_hops))]
+    sources: list[dict[str, Any]] = [{"generator": "prontoqa", "n": n, "seed": 100,
+                                      "params": {"hops": h, "mirror_distractor": True}}
+                                     for h, n in zip(train_hops, share)]
+    if standard:  # the published construction (the real split's), none of the real test's questions
+        sources.append({"generator": "prontoqa", "n": standard, "seed": 101, "params": {"hops": hops},
+                        "exclude_split": "test"})
+    return sources
+
+
 def mix_suffix(hops: int, train_hops: list[int] | None, standard: int = 0) -> str:
     """``""`` when trained at the evaluated depth only, ``_train2-3-4-5`` when trained on a mix, ``_std1800``
     appended when 1,800 of the training problems were of the published construction (``--train-standard``)."""
@@ -223,20 +239,11 @@ def main(argv=None) -> int:
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.generators.prontoqa import generate_dataset
     from anchored_reasoning.machine import machine_info
+    from anchored_reasoning.train.data_sources import load_split
 
     size = {"hops": args.hops, "mirror_distractor": True}
     train_hops = sorted(set(args.train_hops or [args.hops]))
-    mirrored = args.train_n - args.train_standard
-    share = [mirrored // len(train_hops) + (i < mirrored % len(train_hops)) for i in range(len(train_hops))]
-    train = [e for h, n in zip(train_hops, share)  # one split name per depth: ids stay unique
-             for e in generate_dataset(n, seed=100, split="mtrain" if h == args.hops else f"mtrain{h}",
-                                       hops=h, mirror_distractor=True)]
-    if args.train_standard:  # the published construction (the real split's), none of the real test's questions
-        from anchored_reasoning.tasks import get_task
-
-        real = {e.question for e in get_task("prontoqa").load("test")}
-        train += [e for e in generate_dataset(args.train_standard, seed=101, split="strain", hops=args.hops)
-                  if e.question not in real]
+    train = load_split({"mix": train_sources(args.hops, train_hops, args.train_n, args.train_standard)}, "prontoqa", 0)
     seen = {e.question for e in train}
     test = [e for e in generate_dataset(args.eval_n, seed=200, split="mtest", **size) if e.question not in seen]
     mix = mix_suffix(args.hops, train_hops, args.train_standard)

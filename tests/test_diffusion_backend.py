@@ -145,7 +145,7 @@ def test_prosqa_sft_then_runner_end_to_end(tmp_path):
     """A tiny ADLM fine-tuned (ANELBO) on generated ProsQA, evaluated through the runner, resumed."""
     from anchored_reasoning.backends import get_backend
     from anchored_reasoning.eval.runner import build_method, load_records, run_eval
-    from anchored_reasoning.train.ar import generate_examples
+    from anchored_reasoning.train.data_sources import generate_examples
     from anchored_reasoning.train.diffusion import run
 
     ckpt = run("diffusion_tiny_test", [f"output_dir={tmp_path / 'ckpt'}", "training.max_steps=20",

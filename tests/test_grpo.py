@@ -158,16 +158,16 @@ def test_bad_recipes_fail_before_any_model_work(sft, tmp_path):
 def test_a_gold_answer_that_does_not_parse_fails_at_load(sft, tmp_path, monkeypatch):
     import dataclasses
 
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train import data_sources
 
-    real = ar.load_split
+    real = data_sources.load_split
 
     def with_bad_row(spec, task_name, seed, part="train"):
         rows = real(spec, task_name, seed, part)
         meta = {k: v for k, v in rows[1].meta.items() if k != "answer_concept"}
         return [rows[0], dataclasses.replace(rows[1], id="broken", meta=meta), *rows[2:]]
 
-    monkeypatch.setattr(ar, "load_split", with_bad_row)
+    monkeypatch.setattr(data_sources, "load_split", with_bad_row)
     with pytest.raises(DataError, match=r"row 1 \(id 'broken'\)"):
         grpo.run("grpo_tiny_test", [f"model.name={sft}", f"output_dir={tmp_path}"])
 

@@ -117,7 +117,7 @@ def test_prosqa_choices_follow_the_gold_proof_and_refuse_a_broken_one():
 
 
 def test_recipes_apply_the_trace_and_refuse_a_bad_one_before_data_work(monkeypatch):
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train import data_sources as ar
 
     spec = {"generator": "prontoqa", "n": 4, "seed": 0, "trace": "backward"}
     got = ar.load_split(spec, "prontoqa", 0)

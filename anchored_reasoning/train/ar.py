@@ -18,7 +18,6 @@ Checkpoints go to ``<output_dir>/checkpoint-<step>`` along the way (``training.s
 """
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import time
@@ -28,6 +27,7 @@ from typing import Any, Mapping, Sequence
 from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
+from anchored_reasoning.train.data_sources import load_split
 from anchored_reasoning.types import Example
 
 logger = logging.getLogger(__name__)
@@ -45,59 +45,7 @@ _PRESET_DEFAULTS = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 
 # ---------------------------------------------------------------------------------------------
-# data
-
-def generate_examples(
-    name: str, n: int, seed: int, params: Mapping[str, Any] | None = None, split: str = "generated"
-) -> list[Example]:
-    """``n`` examples from the generator ``anchored_reasoning.generators.<name>`` (seeded; ids ``<split>-<i>``)."""
-    try:
-        module = importlib.import_module(f"anchored_reasoning.generators.{name}")
-    except ModuleNotFoundError:
-        raise ConfigError(f"unknown data generator {name!r} (anchored_reasoning.generators.{name} not found)") from None
-    fn = getattr(module, "generate_dataset", None)
-    if fn is None:
-        raise ConfigError(f"anchored_reasoning.generators.{name} has no generate_dataset() function")
-    try:
-        out = fn(int(n), seed=int(seed), split=split, **dict(params or {}))
-    except TypeError as exc:
-        raise ConfigError(f"generator {name!r}: bad params {sorted(params or {})}: {exc}") from None
-    return list(out)
-
-
-def load_split(
-    spec: Mapping[str, Any] | None, task_name: str | None, default_seed: int, part: str = "train"
-) -> list[Example]:
-    """Examples for one ``data.<part>`` section: ``{generator, n, seed, params}`` or ``{split, limit, data_dir}``.
-
-    Either may add ``trace: backward`` (generators/traces.py): the proofs read from the goal back.
-    """
-    if not spec:
-        return []
-    from anchored_reasoning.generators.traces import apply_trace, check_trace
-
-    trace = check_trace(task_name or spec.get("generator"), spec.get("trace"))  # a bad value fails before data work
-    if spec.get("generator"):
-        examples = generate_examples(
-            spec["generator"], spec.get("n", 1000), spec.get("seed", default_seed), spec.get("params"), split=f"gen-{part}"
-        )
-        return apply_trace(examples, task_name or spec["generator"], trace)
-    if spec.get("split"):
-        if not task_name:
-            raise ConfigError("data.*.split needs a top-level 'task' in the recipe")
-        from anchored_reasoning.tasks import get_task
-
-        holdout = int(spec.get("holdout") or 0)
-        limit = None if holdout else spec.get("limit")  # a holdout is cut from the whole split
-        examples = list(get_task(task_name).load(spec["split"], data_dir=spec.get("data_dir"), limit=limit))
-        if holdout:
-            if not 0 < holdout < len(examples):
-                raise ConfigError(f"data.{part}.holdout={holdout} must be between 1 and the split's {len(examples) - 1}")
-            examples = examples[-holdout:] if part == "valid" else examples[:-holdout]
-            examples = examples[: spec["limit"]] if spec.get("limit") else examples
-        return apply_trace(examples, task_name, trace)
-    raise ConfigError("each data section needs 'generator' (with n) or 'split'")
-
+# data (sections and mixes are loaded by data_sources.load_split)
 
 def training_texts(examples: Sequence[Example], method: Any, task: Any) -> list[str]:
     """Rendered text of every curriculum stage, for training a tokenizer that covers the format."""

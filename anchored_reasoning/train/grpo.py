@@ -219,7 +219,7 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
     gold-check the data, build the rewards. Every bad key or row fails here."""
     from anchored_reasoning.tasks import get_task
     from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.ar import load_split
+    from anchored_reasoning.train.data_sources import load_split
     from anchored_reasoning.train.rewards import build_rewards, check_gold
 
     recipe = resolve_recipe(recipe, overrides)

@@ -30,6 +30,12 @@ import yaml
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.resources import search_dirs
 
+#: One ``data.<part>`` section, or one source of its ``mix`` (train/data_sources.py).
+DATA_SECTION: dict[str, Any] = {
+    "generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
+    "holdout": None, "trace": None, "exclude_split": None, "mix": "data_sources",
+}
+
 #: The schema of the ``ar`` trainer's recipe. A dict value lists the allowed sub-keys;
 #: ``None`` means "any value"; ``"training"`` is checked against AnchoredSFTConfig's fields,
 #: ``method.options`` against the method's constructor (by get_method).
@@ -54,10 +60,9 @@ AR_SCHEMA: dict[str, Any] = {
         # holdout: N -- the last N examples of the split are the validation set (data.valid) and
         # are left out of training (data.train), for tasks without a validation split (GSM8K).
         # trace: forward (as given) | backward (generators/traces.py: ProntoQA proofs read from the goal back)
-        "train": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
-                  "holdout": None, "trace": None},
-        "valid": {"generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
-                  "holdout": None, "trace": None},
+        # mix: a list of such sections, concatenated; exclude_split: drop questions of that split (data_sources.py)
+        "train": DATA_SECTION,
+        "valid": DATA_SECTION,
     },
     "training": "training",
 }
@@ -187,6 +192,14 @@ def validate(recipe: Mapping[str, Any], schema: Mapping[str, Any] = AR_SCHEMA, w
                     raise _unknown(str(tkey), f"{where}{key}.", fields)
             continue
         if value is None:
+            continue
+        if sub == "data_sources":
+            if not isinstance(value, list) or not value:
+                raise ConfigError(f"recipe key {where + key!r} must be a non-empty list of data sources")
+            for i, source in enumerate(value):
+                if not isinstance(source, Mapping):
+                    raise ConfigError(f"recipe key {where}{key}[{i}] must be a mapping, got {type(source).__name__}")
+                validate(source, DATA_SECTION, f"{where}{key}[{i}].")
             continue
         if not isinstance(value, Mapping):
             raise ConfigError(f"recipe key {where + key!r} must be a mapping, got {type(value).__name__}")

@@ -235,7 +235,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     train_examples, valid_examples, texts = [], [], []
     if config.diffusion_mode == "sft":
         from anchored_reasoning.methods import get_method
-        from anchored_reasoning.train.ar import load_split
+        from anchored_reasoning.train.data_sources import load_split
 
         method_cfg = dict(recipe.get("method") or {})
         if not method_cfg.get("name"):
