@@ -74,15 +74,17 @@ def train_sources(hops: int, train_hops: list[int], train_n: int, standard: int 
     """The training set as a recipe's ``data.train.mix`` (train/data_sources.py): ``train_n - standard``
     mirrored problems split evenly over ``train_hops`` (seed 100), then ``standard`` of the published
     construction at ``hops`` (seed 101; the real test's questions excluded). ``train/prontoqa_real_cpu.yaml``
-    holds the same list."""
+    holds the same list. Each source is named as before mixes existed (ids ``mtrain-*`` at ``hops``,
+    ``mtrain<h>-*`` at other depths, ``strain-*``), so work dirs made then still resume and extend."""
     mirrored = train_n - standard
     share = [mirrored // len(train_hops) + (i < mirrored % len(train_hops)) for i in range(len(train_hops))]
     sources: list[dict[str, Any]] = [{"generator": "prontoqa", "n": n, "seed": 100,
-                                      "params": {"hops": h, "mirror_distractor": True}}
+                                      "params": {"hops": h, "mirror_distractor": True},
+                                      "name": "mtrain" if h == hops else f"mtrain{h}"}
                                      for h, n in zip(train_hops, share)]
     if standard:  # the published construction (the real split's), none of the real test's questions
         sources.append({"generator": "prontoqa", "n": standard, "seed": 101, "params": {"hops": hops},
-                        "exclude_split": "test"})
+                        "exclude_split": "test", "name": "strain"})
     return sources
 
 

@@ -73,3 +73,30 @@ def test_the_real_test_recipe_trains_on_the_benchmarks_data():
     mix = recipes.load_recipe("prontoqa_real_cpu")["data"]["train"]["mix"]
     assert mix == mirror.train_sources(5, [2, 3, 4, 5], 9000, 1800)
     assert recipes.load_recipe("prontoqa_real_cpu")["training"]["max_steps"] >= 2000
+
+
+def test_a_named_source_gets_its_own_id_prefix():
+    got = load_split({"mix": [_source(2, 2, name="mtrain2"), _source(2, 3)]}, "prontoqa", 0)
+    assert [e.id for e in got] == ["mtrain2-0", "mtrain2-1", "gen-train1-0", "gen-train1-1"]
+    assert [e.question for e in got[:2]] == [e.question for e in load_split(_source(2, 2), "prontoqa", 0)]
+
+
+@pytest.mark.parametrize("section, match", [
+    (_source(2, 2, name=""), "a word without spaces"),
+    (_source(2, 2, name="m train"), "a word without spaces"),
+    (_source(2, 2, name=3), "a word without spaces"),
+    ({"split": "test", "limit": 2, "name": "t"}, "on a source with no generator"),
+])
+def test_a_bad_source_name_is_refused(section, match):
+    with pytest.raises(ConfigError, match=match):
+        load_split(section, "prontoqa", 0)
+
+
+def test_the_benchmarks_training_ids_are_those_of_its_runs_before_mixes():
+    """Work dirs of prontoqa_mirror.py made before its data became a mix resume and extend: the data
+    fingerprint hashes the ids, which were ``mtrain-*`` (the evaluated depth), ``mtrain<h>-*`` and ``strain-*``."""
+    train = load_split({"mix": mirror.train_sources(3, [2, 3], 7, 2)}, "prontoqa", 0)
+    before = (generate_dataset(3, seed=100, split="mtrain2", hops=2, mirror_distractor=True)
+              + generate_dataset(2, seed=100, split="mtrain", hops=3, mirror_distractor=True)
+              + generate_dataset(2, seed=101, split="strain", hops=3))
+    assert [(e.id, e.question, e.answer) for e in train] == [(e.id, e.question, e.answer) for e in before]

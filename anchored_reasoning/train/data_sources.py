@@ -15,7 +15,9 @@ Any section or source may add ``trace: backward`` (generators/traces.py: the pro
 back) and ``exclude_split: NAME``, which drops every example whose question is also one of the task's
 split NAME (generated training data that must not contain a test question). Generated sources of a mix
 get ids ``gen-<part><i>-<k>``, so ids stay unique across sources; two sources that yield the same id
-(the same split twice) are refused.
+(the same split twice) are refused. A generated source may set ``name: PREFIX`` for ids ``PREFIX-<k>``
+instead: ids are part of a run's data fingerprint (train/checkpointing.py), so a run started on data
+named one way resumes only on data named the same way.
 """
 from __future__ import annotations
 
@@ -89,9 +91,15 @@ def _load_source(
     from anchored_reasoning.generators.traces import apply_trace, check_trace
 
     trace = check_trace(task_name or spec.get("generator"), spec.get("trace"))  # a bad value fails before data work
+    name = spec.get("name")
+    if name is not None and (not spec.get("generator") or not isinstance(name, str) or not name.strip()
+                             or name != name.strip() or " " in name):
+        raise ConfigError(f"data.{part}: 'name' is the id prefix of a generated source, a word without spaces; "
+                          f"got {name!r}" + ("" if spec.get("generator") else " on a source with no generator"))
     if spec.get("generator"):
         examples = generate_examples(
-            spec["generator"], spec.get("n", 1000), spec.get("seed", default_seed), spec.get("params"), split=f"gen-{tag}"
+            spec["generator"], spec.get("n", 1000), spec.get("seed", default_seed), spec.get("params"),
+            split=name or f"gen-{tag}",
         )
         return apply_trace(examples, task_name or spec["generator"], trace)
     if spec.get("split"):

@@ -33,7 +33,7 @@ from anchored_reasoning.resources import search_dirs
 #: One ``data.<part>`` section, or one source of its ``mix`` (train/data_sources.py).
 DATA_SECTION: dict[str, Any] = {
     "generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
-    "holdout": None, "trace": None, "exclude_split": None, "mix": "data_sources",
+    "holdout": None, "trace": None, "exclude_split": None, "name": None, "mix": "data_sources",
 }
 
 #: The schema of the ``ar`` trainer's recipe. A dict value lists the allowed sub-keys;
