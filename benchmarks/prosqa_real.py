@@ -1,0 +1,183 @@
+"""Trained ProsQA runs graded on the real ProsQA test, and taken apart.
+
+    anchored-reasoning train prosqa_real_cpu output_dir=runs/prosqa_anchor_chain_s0
+    anchored-reasoning train prosqa_real_cpu method.name=cot output_dir=runs/prosqa_cot_s0
+    python benchmarks/prosqa_real.py --run runs/prosqa_anchor_chain_s0 --run runs/prosqa_cot_s0
+
+For each run folder (its ``run_config.json`` names the method, seed and training data):
+
+- the real test (500 problems, 3-6 hops, two options, chance 0.5), from the trainer's end-of-training
+  validation records (graded here when they are missing): accuracy with its 95% interval, by hop count,
+  tokens;
+- the real test's own surface shortcut beside it: the best rule of ``generators/shortcuts.py`` on the test
+  ("the option less frequent in the facts", 0.66) and the model's accuracy where that rule is right and
+  where it is wrong -- a model riding the rule is near 0 where it is wrong;
+- the written chains read against each graph (``eval.probes.chain_summary``: exact walks, first errors);
+- the binding probe: every test problem asked about the other entity, the answer flipped
+  (``eval.probes.binding_probe_examples``): the share of answers that follow, by hop count;
+- held-out shortcut-free problems (``neg_depth: match`` at the published size, 3, 4 and 5-6 hops,
+  ``--heldout`` per depth, seed 200, the run's training questions dropped).
+
+Runs of the same seed are paired on the real test (bootstrap over problems, exact McNemar). Writes
+``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``) and ``paired``;
+a rerun replaces its own entries. Grading is greedy through the evaluation runner (``demo.evaluate``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fcntl
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+#: Held-out shortcut-free problems: the published graph size, the wrong option as deep as the right one.
+HELDOUT_SIZES = {
+    "3": {"num_nodes": 28, "min_hops": 3, "max_hops": 3, "neg_depth": "match"},
+    "4": {"num_nodes": 28, "min_hops": 4, "max_hops": 4, "neg_depth": "match"},
+    "5-6": {"num_nodes": 31, "min_hops": 5, "max_hops": 6, "neg_depth": "match"},
+}
+
+
+def _ci(values: list[float]) -> dict[str, Any]:
+    from anchored_reasoning.eval.metrics import mean_ci
+
+    c = mean_ci(values)
+    return {"accuracy": round(c["mean"], 4), "ci95": [round(c["ci_low"], 4), round(c["ci_high"], 4)], "n": c["n"]}
+
+
+def shortcut_split(test: list, correct: dict[str, int]) -> dict[str, Any]:
+    """The test's best surface rule and the model's accuracy where the rule is right, wrong, or undecided."""
+    from anchored_reasoning.generators.shortcuts import RULES, example_problems, parse, rule_scores
+
+    problems = example_problems(test)
+    scores = rule_scores(problems)
+    name = max(scores, key=scores.get)
+    groups: dict[str, list[float]] = {"rule_right": [], "rule_wrong": [], "undecided": []}
+    for ex, (question, gold) in zip(test, problems):
+        if ex.id not in correct:
+            continue
+        pick = RULES[name](*parse(question))
+        key = "undecided" if pick is None else "rule_right" if pick == gold else "rule_wrong"
+        groups[key].append(float(correct[ex.id]))
+    return {"rule": name, "rule_accuracy": round(scores[name], 4),
+            **{k: _ci(v) for k, v in groups.items() if v}}
+
+
+def heldout_examples(n: int, training_questions: set[str]) -> tuple[list, dict[str, str]]:
+    """``n`` shortcut-free problems per depth group of HELDOUT_SIZES (seed 200) not seen in training."""
+    from anchored_reasoning.generators.prosqa import generate_dataset
+
+    out, group = [], {}
+    for name, size in HELDOUT_SIZES.items():
+        for ex in generate_dataset(n, seed=200, split=f"heldout{name}", **size):
+            if ex.question not in training_questions:
+                out.append(ex)
+                group[ex.id] = name
+    return out, group
+
+
+def last_validation(run: Path) -> Path | None:
+    steps = sorted((run / "validation").glob("step-*/records.jsonl"))
+    return steps[-1] if steps else None
+
+
+def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, Any]:
+    from anchored_reasoning import demo
+    from anchored_reasoning.eval.probes import (accuracy_by, binding_probe_examples, chain_summary, hops_of,
+                                                probe_summary)
+    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.tasks import get_task
+    from anchored_reasoning.train.data_sources import load_split
+
+    config = json.loads((run / "run_config.json").read_text())
+    recipe = config["recipe"]
+    max_new = int(recipe["training"].get("generation_max_new_tokens") or 112)
+    test = get_task("prosqa").load("test", limit=limit)
+    hops = {ex.id: hops_of(ex) for ex in test}
+    found = last_validation(run)
+    if found is None or len(load_records(found)) < len(test):
+        demo.evaluate(str(run), test, run / "eval_test", max_new)
+        found = run / "eval_test" / "records.jsonl"
+    records = [r for r in load_records(found) if r["id"] in hops]
+    correct = {r["id"]: int(bool(r["correct"])) for r in records if r.get("sample", 0) == 0}
+    tokens = [r.get("tokens", 0) for r in records if r.get("sample", 0) == 0]
+    swapped = binding_probe_examples(test)
+    demo.evaluate(str(run), swapped, run / "eval_swap", max_new)
+    probe = probe_summary(records, load_records(run / "eval_swap" / "records.jsonl"), hops)
+    train = load_split(recipe["data"]["train"], recipe.get("task"), int(recipe.get("seed", 0)))
+    held, group = heldout_examples(heldout_n, {e.question for e in train})
+    ev = demo.evaluate(str(run), held, run / "eval_heldout", max_new)
+    held_records = load_records(run / "eval_heldout" / "records.jsonl")
+    return {
+        "method": recipe["method"]["name"], "seed": int(recipe.get("seed", 0)), "run": str(run),
+        "model": recipe["model"]["name"], "train_n": len(train),
+        "train_steps": config.get("completed_step") or config.get("last_checkpoint_step"),
+        "real_test": {**_ci(list(map(float, correct.values()))), "chance": 0.5,
+                      "tokens": round(sum(tokens) / max(len(tokens), 1), 2), "records": str(found),
+                      "no_answer": sum(r.get("extracted") is None for r in records),
+                      "by_hops": {h: {"accuracy": round(v["mean"], 4), "ci95": [round(v["ci_low"], 4),
+                                                                               round(v["ci_high"], 4)], "n": v["n"]}
+                                  for h, v in accuracy_by(records, hops).items()}},
+        "shortcut": shortcut_split(test, correct),
+        "chains": chain_summary(records, test, hops),
+        "binding_probe": {"flip_rate": round(probe["flip_rate"]["mean"], 4),
+                          "swap_accuracy": round(probe["swap_accuracy"]["mean"], 4),
+                          "both_right": round(probe["both_right"]["mean"], 4),
+                          "flip_rate_by_hops": {h: round(v["flip_rate"]["mean"], 4)
+                                                for h, v in probe.get("by_hops", {}).items()}},
+        "heldout_shortcut_free": {"accuracy": round(ev["accuracy"], 4),
+                                  "ci95": [round(x, 4) for x in ev["accuracy_ci95"]], "n": ev["n"],
+                                  "by_depth": {k: {"accuracy": round(v["mean"], 4), "n": v["n"]}
+                                               for k, v in accuracy_by(held_records, group).items()}},
+        "_correct": correct,
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", action="append", required=True, help="a trained run folder (repeat)")
+    p.add_argument("--heldout", type=int, default=100, help="held-out shortcut-free problems per depth group")
+    p.add_argument("--limit", type=int, default=None, help="grade the first N test problems only (a quick look)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "prosqa_real_cpu.json"))
+    p.add_argument("--machine-note", default=None)
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from anchored_reasoning.machine import machine_info
+    from prontoqa_mirror import paired_with
+
+    graded = {}
+    for run in args.run:
+        entry = grade_run(Path(run), args.heldout, args.limit)
+        entry["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        graded[f"{entry['method']}_s{entry['seed']}"] = entry
+        print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test")}, default=str)[:400], flush=True)
+    out = Path(args.out)
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(out.read_text()) if out.is_file() else {}
+        results.update(graded)
+        runs = {k: v for k, v in results.items() if isinstance(v, dict) and v.get("_correct")}
+        results["paired"] = {}
+        for a, ea in sorted(runs.items()):
+            for b, eb in sorted(runs.items()):
+                if a < b and ea["seed"] == eb["seed"] and ea["method"] != eb["method"]:
+                    pair = paired_with({ea["seed"]: ea["_correct"]}, {eb["seed"]: eb["_correct"]})
+                    pair["only_second_right"] = pair.pop("only_cot_right")
+                    results["paired"][f"{a} - {b}"] = pair
+        results["machine"] = machine_info(note=args.machine_note)
+        results["command"] = "python benchmarks/prosqa_real.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

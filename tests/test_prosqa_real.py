@@ -1,0 +1,33 @@
+"""benchmarks/prosqa_real.py: the real test split against its surface shortcut, and held-out problems."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from anchored_reasoning.generators.prosqa import generate_dataset
+from anchored_reasoning.generators.shortcuts import RULES, parse
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import prosqa_real  # noqa: E402
+
+
+def test_a_model_riding_the_best_rule_is_wrong_wherever_the_rule_is():
+    test = generate_dataset(60, seed=5)  # the published construction: its shortcut is open
+    first = prosqa_real.shortcut_split(test, {e.id: 1 for e in test})
+    rule = RULES[first["rule"]]
+    riding = {e.id: int(rule(*parse(e.question)) == e.meta["answer_concept"]) for e in test}
+    got = prosqa_real.shortcut_split(test, riding)
+    assert got["rule"] == first["rule"] and got["rule_accuracy"] > 0.55
+    assert got["rule_right"]["accuracy"] == 1.0 and got["rule_wrong"]["accuracy"] == 0.0
+    assert got["rule_right"]["n"] + got["rule_wrong"]["n"] + got.get("undecided", {}).get("n", 0) == 60
+    always = prosqa_real.shortcut_split(test, {e.id: 1 for e in test})
+    assert always["rule_wrong"]["accuracy"] == 1.0
+
+
+def test_heldout_problems_leave_out_the_training_questions(monkeypatch):
+    monkeypatch.setattr(prosqa_real, "HELDOUT_SIZES", {"2": {"num_nodes": 12, "min_hops": 2, "max_hops": 2,
+                                                             "neg_depth": "match"}})
+    all_, group = prosqa_real.heldout_examples(6, set())
+    assert len(all_) == 6 and set(group.values()) == {"2"}
+    kept, _ = prosqa_real.heldout_examples(6, {all_[0].question, all_[3].question})
+    assert [e.question for e in kept] == [e.question for i, e in enumerate(all_) if i not in (0, 3)]
