@@ -69,6 +69,49 @@ def shortcut_split(test: list, correct: dict[str, int]) -> dict[str, Any]:
             **{k: _ci(v) for k, v in groups.items() if v}}
 
 
+def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Chains of a model trained on the ``options_backward`` trace (``anchor_chain``: ``hilpus lorpus Bob
+    sterpus rempus scrompus Sally``) read against each graph: cut into walks at the options, each step
+    ``x y`` right when "y is a x" is a fact. Counts: ``exact`` (the gold trace's chain), ``steps_real`` (every
+    step a fact), per walk whether it ends at an entity and which, and ``answer_follows_walks`` (the answer
+    names the option whose walk ended at the asked entity, where exactly one did)."""
+    from anchored_reasoning.anchors import logic_nodes
+    from anchored_reasoning.eval.probes import prosqa_children
+    from anchored_reasoning.generators.traces import apply_trace
+
+    gold = {ex.id: logic_nodes(ex.steps) for ex in apply_trace(test, "prosqa", "options_backward")}
+    by_id = {ex.id: ex for ex in test}
+    counts = {"n": 0, "exact": 0, "steps_real": 0, "answer_walk_reaches_entity": 0,
+              "wrong_walk_reaches_other_entity": 0, "one_walk_reaches_entity": 0, "answer_follows_walks": 0}
+    for rec in records:
+        ex = by_id.get(rec["id"])
+        if ex is None or rec.get("sample", 0):
+            continue
+        counts["n"] += 1
+        words = (rec.get("completion") or "").split("[EoA]")[0].split()
+        counts["exact"] += words == gold[ex.id]
+        children = prosqa_children(ex)
+        options = {ex.meta["answer_concept"], ex.meta["neg_concept"]}
+        walks: dict[str, list[str]] = {}
+        for w in words:
+            if w in options and w not in walks:
+                walks[w] = [w]
+                current = w
+            elif walks:
+                walks[current].append(w)
+        real = all(x in children.get(y, ()) for walk in walks.values() for x, y in zip(walk, walk[1:]))
+        counts["steps_real"] += real and len(walks) == 2
+        ends = {o: walk[-1] for o, walk in walks.items() if real and walk[-1][:1].isupper()}
+        entity = ex.meta["entity"]
+        counts["answer_walk_reaches_entity"] += ends.get(ex.meta["answer_concept"]) == entity
+        counts["wrong_walk_reaches_other_entity"] += ends.get(ex.meta["neg_concept"], entity) != entity
+        at_entity = [o for o, e in ends.items() if e == entity]
+        if len(at_entity) == 1:
+            counts["one_walk_reaches_entity"] += 1
+            counts["answer_follows_walks"] += rec.get("extracted") == at_entity[0]
+    return counts
+
+
 def heldout_examples(n: int, training_questions: set[str]) -> tuple[list, dict[str, str]]:
     """``n`` shortcut-free problems per depth group of HELDOUT_SIZES (seed 200) not seen in training."""
     from anchored_reasoning.generators.prosqa import generate_dataset
@@ -98,6 +141,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
     config = json.loads((run / "run_config.json").read_text())
     recipe = config["recipe"]
     max_new = int(recipe["training"].get("generation_max_new_tokens") or 112)
+    trace = recipe["data"]["train"].get("trace") or "forward"
     test = get_task("prosqa").load("test", limit=limit)
     hops = {ex.id: hops_of(ex) for ex in test}
     found = last_validation(run)
@@ -125,7 +169,8 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
                                                                                round(v["ci_high"], 4)], "n": v["n"]}
                                   for h, v in accuracy_by(records, hops).items()}},
         "shortcut": shortcut_split(test, correct),
-        "chains": chain_summary(records, test, hops),
+        "trace": trace,
+        "chains": backward_chains(test, records) if trace == "options_backward" else chain_summary(records, test, hops),
         "binding_probe": {"flip_rate": round(probe["flip_rate"]["mean"], 4),
                           "swap_accuracy": round(probe["swap_accuracy"]["mean"], 4),
                           "both_right": round(probe["both_right"]["mean"], 4),

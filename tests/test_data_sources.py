@@ -100,3 +100,16 @@ def test_the_benchmarks_training_ids_are_those_of_its_runs_before_mixes():
               + generate_dataset(2, seed=100, split="mtrain", hops=3, mirror_distractor=True)
               + generate_dataset(2, seed=101, split="strain", hops=3))
     assert [(e.id, e.question, e.answer) for e in train] == [(e.id, e.question, e.answer) for e in before]
+
+
+def test_a_trace_on_the_mix_applies_to_every_source():
+    from anchored_reasoning.generators.traces import apply_trace
+
+    got = load_split({"mix": [_source(2, 2), _source(2, 3)], "trace": "backward"}, "prontoqa", 0)
+    plain = load_split({"mix": [_source(2, 2), _source(2, 3)]}, "prontoqa", 0)
+    assert [e.steps for e in got] == [e.steps for e in apply_trace(plain, "prontoqa", "backward")]
+    assert all(e.meta["trace"] == "backward" for e in got)
+    with pytest.raises(ConfigError, match="in one place"):
+        load_split({"mix": [_source(2, 2, trace="backward")], "trace": "backward"}, "prontoqa", 0)
+    with pytest.raises(ConfigError, match="trace must be one of"):
+        load_split({"mix": [_source(2, 2)], "trace": "sideways"}, "prontoqa", 0)

@@ -31,3 +31,19 @@ def test_heldout_problems_leave_out_the_training_questions(monkeypatch):
     assert len(all_) == 6 and set(group.values()) == {"2"}
     kept, _ = prosqa_real.heldout_examples(6, {all_[0].question, all_[3].question})
     assert [e.question for e in kept] == [e.question for i, e in enumerate(all_) if i not in (0, 3)]
+
+
+def test_backward_chains_read_a_gold_chain_as_exact_and_a_broken_one_as_not():
+    from anchored_reasoning.generators.traces import apply_trace
+    from anchored_reasoning.methods.anchored import AnchorChain
+
+    test = generate_dataset(8, seed=6)
+    gold = [AnchorChain().render(ex, "prosqa").target for ex in apply_trace(test, "prosqa", "options_backward")]
+    records = [{"id": ex.id, "completion": g, "extracted": ex.meta["answer_concept"]} for ex, g in zip(test, gold)]
+    got = prosqa_real.backward_chains(test, records)
+    assert got == {"n": 8, "exact": 8, "steps_real": 8, "answer_walk_reaches_entity": 8,
+                   "wrong_walk_reaches_other_entity": 8, "one_walk_reaches_entity": 8, "answer_follows_walks": 8}
+    answer = test[0].meta["answer_concept"]
+    broken = [{"id": test[0].id, "completion": f"{answer} {test[0].meta['entity']}[EoA]", "extracted": None}]
+    got = prosqa_real.backward_chains(test, broken)
+    assert got["exact"] == 0 and got["answer_follows_walks"] == 0 and got["n"] == 1

@@ -200,3 +200,55 @@ def test_anchor_chain_report_reads_written_chains_against_the_gold_chain():
     assert r["answer_right_when_conclusion_is_gold"] == 1
     assert r["first_error"] == {"none": 1, "in_question": 1, "made_up": 1, "stopped_short": 1}
     assert r["gold_anchor_at_position"][: len(chain0)] == [4, 1] + [1] * (len(chain0) - 2)
+
+
+def _walks_ok(ex):
+    """Each walk of an options_backward trace: its facts are the question's, chained backward from the
+    option to an entity; returns {option: entity reached}."""
+    import re
+
+    facts = set(re.findall(r"[^.?]+\.", ex.question.split("?")[0].rsplit(".", 1)[0] + "."))
+    facts = {f.strip() for f in facts}
+    reached, option, here = {}, None, None
+    for step in ex.steps:
+        head, _, fact = step.rpartition(": ")
+        if head:
+            option = here = head
+        assert fact in facts, fact
+        m = re.fullmatch(r"(?:Every )?(\w+) is a (\w+)\.", fact)
+        assert m and m.group(2) == here, (fact, here)
+        here = reached[option] = m.group(1)
+    return reached
+
+
+def test_options_backward_walks_back_from_each_option_to_its_entity():
+    from anchored_reasoning.generators.prosqa import generate_dataset as prosqa_dataset
+
+    examples = prosqa_dataset(40, seed=3)
+    for before, ex in zip(examples, apply_trace(examples, "prosqa", "options_backward")):
+        reached = _walks_ok(ex)
+        answer, wrong = ex.meta["answer_concept"], ex.meta["neg_concept"]
+        assert set(reached) == {answer, wrong}
+        assert reached[answer] == ex.meta["entity"] and reached[wrong] != ex.meta["entity"]
+        options = ex.question.rsplit("?", 1)[0].split(" a ")[-1].split(" or ")
+        assert [s.split(":")[0] for s in ex.steps if ": " in s] == options  # the question's order
+        assert len(ex.steps) >= len(before.steps) + 1  # the gold walk reversed, and at least one step back from the other
+        assert (ex.question, ex.answer, ex.meta["trace"]) == (before.question, before.answer, "options_backward")
+
+
+def test_options_backward_on_the_real_test_and_its_anchor_chain(tmp_path):
+    from anchored_reasoning.methods.anchored import AnchorChain
+    from anchored_reasoning.tasks import get_task
+
+    data = os.environ.get("ANCHORED_REASONING_DATA")
+    test = get_task("prosqa").load("test", data_dir=data)
+    traced = apply_trace(test, "prosqa", "options_backward")
+    assert all(_walks_ok(ex)[ex.meta["answer_concept"]] == ex.meta["entity"] for ex in traced)
+    ex = traced[0]  # "Is Sally a hilpus or sterpus?": sterpus <- rempus <- scrompus <- Sally
+    assert ex.steps[-3:] == ["sterpus: Every rempus is a sterpus.", "Every scrompus is a rempus.", "Sally is a scrompus."]
+    target = AnchorChain().render(ex, "prosqa").target
+    assert target.endswith("sterpus rempus scrompus Sally[EoA]\n### Sally is a sterpus.")
+    with pytest.raises(ConfigError, match="prosqa"):
+        apply_trace(test[:1], "prontoqa", "options_backward")
+    with pytest.raises(DataError, match="graph in meta"):
+        apply_trace([Example(id="x", question="q", answer="a", steps=["A is a b."])], "prosqa", "options_backward")

@@ -20,6 +20,21 @@ this): after the first rule, each backward step is a lookup of the one rule that
 step's subject. The backward trace keeps the proof's sentences verbatim (each rule as the question
 states it) and ends with the same conclusion, so the answer line and grading are unchanged.
 
+A ProsQA problem asks which of two options the entity is. Forward from the entity every concept has
+several children and only a look-ahead to the options picks the right one (a random forward walk from
+the entity reaches the answer 16% of the time on the real test); *backward* from an option almost every
+walk reaches an entity (a random walk over parents reaches the asked entity from the answer 97% of the
+time), and the two options' ancestors lead to different entities. ``options_backward`` writes, for each
+option in the question's order, the walk back from it to the entity it comes from, each step a fact of
+the question verbatim and each walk headed by its option::
+
+    hilpus: Every lorpus is a hilpus. | Bob is a lorpus. | sterpus: Every rempus is a sterpus. |
+    Every scrompus is a rempus. | Sally is a scrompus.
+
+The answer is then the option whose walk ends at the asked entity; the answer line is unchanged. The
+anchors of this trace (``anchors.logic_nodes``) are the walks' nodes in order, so ``anchor_chain``
+writes ``hilpus lorpus Bob sterpus rempus scrompus Sally``.
+
 ``apply_trace(examples, task, order)`` is what recipes call (``data.train.trace: backward``).
 """
 from __future__ import annotations
@@ -31,7 +46,7 @@ from typing import Callable, Sequence
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.types import Example
 
-TRACE_ORDERS = ("forward", "backward")
+TRACE_ORDERS = ("forward", "backward", "options_backward")
 
 _SENTENCE = re.compile(r"[^.]+\.")
 
@@ -83,7 +98,70 @@ def prontoqa_rules(question: str) -> list[tuple[str, bool, str]]:
     return out
 
 
+def _fact(symbols: Sequence[str], a: int, b: int) -> str:
+    return f"{symbols[a]} is a {symbols[b]}." if symbols[a][:1].isupper() else f"Every {symbols[a]} is a {symbols[b]}."
+
+
+def _path_to(children: dict[int, list[int]], start: int, goal: int) -> list[int] | None:
+    """A shortest path start -> goal (breadth first, children in index order), or None."""
+    prev, frontier = {start: start}, [start]
+    while frontier and goal not in prev:
+        nxt = []
+        for x in frontier:
+            for y in children.get(x, ()):
+                if y not in prev:
+                    prev[y] = x
+                    nxt.append(y)
+        frontier = nxt
+    if goal not in prev:
+        return None
+    path = [goal]
+    while path[-1] != start:
+        path.append(prev[path[-1]])
+    return path[::-1]
+
+
+def prosqa_options_backward(example: Example) -> list[str]:
+    """For each option of a ProsQA example (the question's order), the walk from it back to the entity
+    it comes from: ``"<option>: <fact ending in the option>"``, then the facts up to the entity's own.
+    The answer's walk is the gold proof reversed; the other option's is a shortest path from the entity
+    that reaches it. A problem whose wrong option no entity reaches raises :class:`DataError`."""
+    from anchored_reasoning.anchors import logic_nodes
+
+    meta = example.meta
+    try:
+        symbols, edges, root, target, neg = (meta["idx_to_symbol"], meta["edges"], meta["root"], meta["target"],
+                                             meta["neg_target"])
+    except KeyError as exc:
+        raise DataError(f"not a ProsQA example with its graph in meta (missing {exc})") from None
+    children: dict[int, list[int]] = {}
+    for a, b in sorted(map(tuple, edges)):
+        children.setdefault(a, []).append(b)
+    index = {name: i for i, name in enumerate(symbols)}
+    gold = [index[n] for n in logic_nodes(example.steps)]
+    if gold[0] != root or gold[-1] != target:
+        raise DataError(f"the gold proof does not walk from {symbols[root]} to {symbols[target]}")
+    walks = {target: gold}
+    entities = [i for i, name in enumerate(symbols) if name[:1].isupper() and i != root]
+    found = [p for p in (_path_to(children, e, neg) for e in entities) if p]
+    if not found:
+        raise DataError(f"no entity reaches the wrong option {symbols[neg]}")
+    walks[neg] = min(found, key=len)
+    question = example.question.rsplit("?", 1)[0]
+    order = sorted((target, neg), key=lambda i: question.rfind(" " + symbols[i]))
+    steps = []
+    for option in order:
+        back = walks[option][::-1]
+        facts = [_fact(symbols, b, a) for a, b in zip(back, back[1:])]
+        steps += [f"{symbols[option]}: {facts[0]}", *facts[1:]]
+    return steps
+
+
 _BACKWARD: dict[str, Callable[[Sequence[str]], list[str]]] = {"prontoqa": prontoqa_backward}
+#: Orders computed from the whole example (its graph), by task.
+_FROM_EXAMPLE: dict[tuple[str, str], Callable[[Example], list[str]]] = {
+    ("prosqa", "options_backward"): prosqa_options_backward,
+}
 
 
 def check_trace(task: str | None, order: str | None) -> str:
@@ -93,6 +171,8 @@ def check_trace(task: str | None, order: str | None) -> str:
         raise ConfigError(f"trace must be one of {', '.join(TRACE_ORDERS)}, got {order!r}")
     if order == "backward" and (task or "") not in _BACKWARD:
         raise ConfigError(f"trace {order!r} is defined for {', '.join(sorted(_BACKWARD))}, not for task {task!r}")
+    if order == "options_backward" and ((task or ""), order) not in _FROM_EXAMPLE:
+        raise ConfigError(f"trace {order!r} is defined for prosqa, not for task {task!r}")
     return order
 
 
@@ -102,13 +182,14 @@ def apply_trace(examples: Sequence[Example], task: str | None, order: str | None
     The order is recorded in each example's ``meta["trace"]``. An order a task has no rule for raises
     :class:`ConfigError` before any example is touched.
     """
-    if check_trace(task, order) == "forward":
+    order = check_trace(task, order)
+    if order == "forward":
         return list(examples)
-    fn = _BACKWARD[task]
+    by_example = _FROM_EXAMPLE.get((task or "", order))
     out = []
     for ex in examples:
         try:
-            steps = fn(ex.steps)
+            steps = by_example(ex) if by_example else _BACKWARD[task](ex.steps)
         except DataError as exc:
             raise DataError(f"example {ex.id}: {exc}") from None
         out.append(dataclasses.replace(ex, steps=steps, meta={**ex.meta, "trace": order}))

@@ -12,7 +12,7 @@ A section is one source -- generated problems ``{generator, n, seed, params}`` o
       valid: {split: test}                    # ... plus the published construction; graded on the real test
 
 Any section or source may add ``trace: backward`` (generators/traces.py: the proofs read from the goal
-back) and ``exclude_split: NAME``, which drops every example whose question is also one of the task's
+back; on a mix it applies to every source) and ``exclude_split: NAME``, which drops every example whose question is also one of the task's
 split NAME (generated training data that must not contain a test question). Generated sources of a mix
 get ids ``gen-<part><i>-<k>``, so ids stay unique across sources; two sources that yield the same id
 (the same split twice) are refused. A generated source may set ``name: PREFIX`` for ids ``PREFIX-<k>``
@@ -53,7 +53,12 @@ def load_split(
     if not spec:
         return []
     if spec.get("mix") is not None:
-        examples = _load_mix(spec, task_name, default_seed, part)
+        from anchored_reasoning.generators.traces import apply_trace, check_trace
+
+        trace = check_trace(task_name, spec.get("trace"))  # a mix-level trace applies to every source
+        if spec.get("trace") and any(isinstance(s, Mapping) and s.get("trace") for s in spec["mix"]):
+            raise ConfigError(f"data.{part}: a trace on the mix and on its sources too; give it in one place")
+        examples = apply_trace(_load_mix(spec, task_name, default_seed, part), task_name, trace)
     else:
         examples = _load_source(spec, task_name, default_seed, part, part)
     return _exclude(examples, spec, task_name, f"data.{part}")
@@ -63,7 +68,7 @@ def _load_mix(spec: Mapping[str, Any], task_name: str | None, default_seed: int,
     sources = spec["mix"]
     if not isinstance(sources, list) or not sources:
         raise ConfigError(f"data.{part}.mix must be a non-empty list of data sources, got {sources!r}")
-    stray = sorted(k for k, v in spec.items() if k not in ("mix", "exclude_split") and v is not None)
+    stray = sorted(k for k, v in spec.items() if k not in ("mix", "exclude_split", "trace") and v is not None)
     if stray:
         raise ConfigError(f"data.{part}: with 'mix', {', '.join(stray)} belong inside its sources")
     out: list[Example] = []
