@@ -11,7 +11,9 @@ one of the rules *ending* in the current concept. This counts, along each gold p
   polarity) and then the rules ending in each chain concept; and how far a backward walk from a wrong
   first rule can go (0: it stops at once, so one look-up rejects it).
 * ProsQA (real test; the gold proof's path in the graph): out-degree (forward) and in-degree (backward)
-  of the path's nodes.
+  of the path's nodes; and under ``walks`` (real test, and the generator at its default size), the
+  chance that a random walk finds the way forward (entity -> answer) and backward (answer -> entity),
+  the reason for ``trace: options_backward``.
 
 ``--records ORDER RECORDS`` (repeatable) also reads a ProntoQA CoT model's evaluation records on the
 real test against the gold proof in that order (``chain_report``): exact proofs, gold sentence by
@@ -85,6 +87,44 @@ def prosqa_choices(example) -> dict[str, Any]:
     if missing or path[-1] != row["idx_to_symbol"][row["target"]]:
         raise ValueError(f"{example.id}: gold steps are not a path root -> target in the graph ({missing})")
     return {"forward": [len(children.get(x, ())) for x in path[:-1]], "backward": [len(parents[x]) for x in path[1:]]}
+
+
+def prosqa_walks(example) -> dict[str, Any]:
+    """Search forward vs backward on a ProsQA graph, exactly (no sampling): the probability that a walk
+    from the entity taking a uniformly random child at each node reaches the answer (``forward``), that one
+    from the answer taking a random parent reaches the entity (``backward``), and whether any wrong turn
+    exists backward at all (a parent of a node of some entity -> answer path that is on no such path)."""
+    from functools import lru_cache
+
+    from anchored_reasoning.eval.probes import prosqa_row_of
+
+    row = prosqa_row_of(example)
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    parents: dict[int, list[int]] = collections.defaultdict(list)
+    for a, b in row["edges"]:
+        children[a].append(b)
+        parents[b].append(a)
+    root, target = row["root"], row["target"]
+
+    @lru_cache(maxsize=None)
+    def fwd(x: int) -> float:
+        return 1.0 if x == target else sum(map(fwd, children[x])) / len(children[x]) if children[x] else 0.0
+
+    @lru_cache(maxsize=None)
+    def back(x: int) -> float:
+        return 1.0 if x == root else sum(map(back, parents[x])) / len(parents[x]) if parents[x] else 0.0
+
+    on_path = {x for x in range(len(row["idx_to_symbol"])) if fwd(x) > 0 and back(x) > 0}
+    wrong_back = sum(p not in on_path for x in on_path - {root} for p in parents[x])
+    return {"forward": fwd(root), "backward": back(target), "backward_wrong_turns": wrong_back}
+
+
+def walks_summary(examples) -> dict[str, Any]:
+    rows = [prosqa_walks(ex) for ex in examples]
+    n = len(rows)
+    return {"n": n, "random_forward_walk_reaches_answer": round(sum(r["forward"] for r in rows) / n, 4),
+            "random_backward_walk_reaches_entity": round(sum(r["backward"] for r in rows) / n, 4),
+            "problems_without_a_wrong_turn_backward": round(sum(r["backward_wrong_turns"] == 0 for r in rows) / n, 4)}
 
 
 def summarize(rows: Iterable[dict[str, Any]], skip_first_backward: bool) -> dict[str, Any]:
@@ -234,6 +274,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trace_order.json"))
     args = p.parse_args(argv)
     from anchored_reasoning.generators.prontoqa import generate_dataset
+    from anchored_reasoning.generators.prosqa import generate_dataset as prosqa_dataset
     from anchored_reasoning.tasks import get_task
 
     pronto, prosqa = get_task("prontoqa"), get_task("prosqa")
@@ -247,7 +288,9 @@ def main(argv=None) -> int:
             "train": summarize(map(prontoqa_choices, pronto.load("train")), True),
             "generated": summarize(map(prontoqa_choices, generate_dataset(args.generated_n, seed=0)), True),
         },
-        "prosqa": {"test": summarize(map(prosqa_choices, prosqa.load("test")), False)},
+        "prosqa": {"test": summarize(map(prosqa_choices, prosqa.load("test")), False),
+                   "walks": {"test": walks_summary(prosqa.load("test")),
+                             "generated": walks_summary(prosqa_dataset(args.generated_n, seed=0))}},
         **({"chains": chains} if chains else {}),
         **({"paired": paired_cot(*args.paired)} if args.paired else {}),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -114,6 +114,8 @@ def test_prosqa_choices_follow_the_gold_proof_and_refuse_a_broken_one():
     with pytest.raises(ValueError, match="not a path"):
         trace_order.prosqa_choices(Example(id="p", question="q", answer="lempus", meta=meta,
                                            steps=["Tom is a zumpus.", "Every zumpus is a lempus."]))
+    # random walks: forward 0 -> {1: reaches, 2: half (3 or the dead end 5)}; backward 3 -> {1, 2 -> {0, 4: dead}}
+    assert trace_order.prosqa_walks(via("wumpus")) == {"forward": 0.75, "backward": 0.75, "backward_wrong_turns": 1}
 
 
 def test_recipes_apply_the_trace_and_refuse_a_bad_one_before_data_work(monkeypatch):

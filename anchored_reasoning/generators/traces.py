@@ -23,8 +23,8 @@ states it) and ends with the same conclusion, so the answer line and grading are
 A ProsQA problem asks which of two options the entity is. Forward from the entity every concept has
 several children and only a look-ahead to the options picks the right one (a random forward walk from
 the entity reaches the answer 16% of the time on the real test); *backward* from an option almost every
-walk reaches an entity (a random walk over parents reaches the asked entity from the answer 97% of the
-time), and the two options' ancestors lead to different entities. ``options_backward`` writes, for each
+walk reaches an entity (a random walk over parents reaches the asked entity from the answer 96% of the
+time; `benchmarks/trace_order.py`), and the two options' ancestors lead to different entities. ``options_backward`` writes, for each
 option in the question's order, the walk back from it to the entity it comes from, each step a fact of
 the question verbatim and each walk headed by its option::
 
