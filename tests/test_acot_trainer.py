@@ -253,6 +253,26 @@ def test_curriculum_callback_moves_stages_resets_optimizer_and_keeps_best(tiny, 
     assert cb.best is not None and cb.best["stage"] == 2  # only final-stage evaluations compete
 
 
+@pytest.mark.parametrize("epochs, eval_steps", [(2, 2), (2, 3)])
+def test_eval_steps_grade_on_schedule_and_the_last_step_once(tiny, tmp_path, epochs, eval_steps):
+    """Every ``eval_steps`` steps, then at the end of training unless the last step was just graded."""
+    _, tok, _ = tiny
+    method = get_method("cot", style="trained")
+    examples = [prosqa_like(i) for i in range(8)]
+    evaluator = GenerationEvaluator(tok, examples[:2], grade=lambda text, ex: True, max_new_tokens=2)
+    collator = AnchoredCollator(tok, method, task="prosqa")
+    cb = CurriculumCallback(collator, method, curriculum=False, evaluator=evaluator, eval_steps=eval_steps)
+    args = AnchoredSFTConfig(output_dir=str(tmp_path / "o"), per_device_train_batch_size=4, num_train_epochs=epochs,
+                             learning_rate=1e-3, logging_steps=1, disable_tqdm=True)
+    AnchoredSFTTrainer(model=fresh_model(tiny), args=args, train_dataset=examples_dataset(examples),
+                       data_collator=collator, processing_class=tok, callbacks=[cb]).train()
+    evals = [(h["step"], h["reason"]) for h in cb.history if h["event"] == "eval"]
+    if eval_steps == 2:  # 4 steps: graded at 2 and 4, and not again at the end
+        assert evals == [(2, "every 2 steps"), (4, "every 2 steps")]
+    else:
+        assert evals == [(3, "every 3 steps"), (4, "end of training")]
+
+
 @pytest.mark.parametrize("keep_rows", [True, False])
 def test_first_step_after_a_stage_switch_trains_the_new_format(tiny, tmp_path, keep_rows):
     """accelerate prefetches one batch; with keep_rows the trainer re-renders it at the new stage."""
