@@ -73,8 +73,9 @@ def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]
     """Chains of a model trained on the ``options_backward`` trace (``anchor_chain``: ``hilpus lorpus Bob
     sterpus rempus scrompus Sally``) read against each graph: cut into walks at the options, each step
     ``x y`` right when "y is a x" is a fact. Counts: ``exact`` (the gold trace's chain), ``steps_real`` (every
-    step a fact), per walk whether it ends at an entity and which, and ``answer_follows_walks`` (the answer
-    names the option whose walk ended at the asked entity, where exactly one did)."""
+    step a fact), per walk whether it ends at an entity and which, ``answer_follows_walks`` (the answer
+    names the option whose walk ended at the asked entity, where exactly one did), and the reverse look-ups
+    (``reverse_steps_real`` of ``reverse_steps``: the node written is a parent of the one before)."""
     from anchored_reasoning.anchors import logic_nodes
     from anchored_reasoning.eval.probes import prosqa_children
     from anchored_reasoning.generators.traces import apply_trace
@@ -82,7 +83,8 @@ def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]
     gold = {ex.id: logic_nodes(ex.steps) for ex in apply_trace(test, "prosqa", "options_backward")}
     by_id = {ex.id: ex for ex in test}
     counts = {"n": 0, "exact": 0, "steps_real": 0, "answer_walk_reaches_entity": 0,
-              "wrong_walk_reaches_other_entity": 0, "one_walk_reaches_entity": 0, "answer_follows_walks": 0}
+              "wrong_walk_reaches_other_entity": 0, "one_walk_reaches_entity": 0, "answer_follows_walks": 0,
+              "reverse_steps": 0, "reverse_steps_real": 0}
     for rec in records:
         ex = by_id.get(rec["id"])
         if ex is None or rec.get("sample", 0):
@@ -99,7 +101,10 @@ def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]
                 current = w
             elif walks:
                 walks[current].append(w)
-        real = all(x in children.get(y, ()) for walk in walks.values() for x, y in zip(walk, walk[1:]))
+        steps = [x in children.get(y, ()) for walk in walks.values() for x, y in zip(walk, walk[1:])]
+        counts["reverse_steps"] += len(steps)
+        counts["reverse_steps_real"] += sum(steps)
+        real = all(steps)
         counts["steps_real"] += real and len(walks) == 2
         ends = {o: walk[-1] for o, walk in walks.items() if real and walk[-1][:1].isupper()}
         entity = ex.meta["entity"]
