@@ -19,7 +19,8 @@ For each run folder (its ``run_config.json`` names the method, seed and training
   ``--heldout`` per depth, seed 200, the run's training questions dropped).
 
 Runs of the same seed are paired on the real test (bootstrap over problems, exact McNemar). Writes
-``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``) and ``paired``;
+``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``, ``<method>_<trace>_s<seed>``
+for a run on another trace) and ``paired``;
 a rerun replaces its own entries. Grading is greedy through the evaluation runner (``demo.evaluate``).
 """
 from __future__ import annotations
@@ -208,7 +209,8 @@ def main(argv=None) -> int:
     for run in args.run:
         entry = grade_run(Path(run), args.heldout, args.limit)
         entry["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        graded[f"{entry['method']}_s{entry['seed']}"] = entry
+        trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
+        graded[f"{entry['method']}{trace}_s{entry['seed']}"] = entry
         print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test")}, default=str)[:400], flush=True)
     out = Path(args.out)
     with open(out.with_suffix(".lock"), "w") as lock:
@@ -219,7 +221,7 @@ def main(argv=None) -> int:
         results["paired"] = {}
         for a, ea in sorted(runs.items()):
             for b, eb in sorted(runs.items()):
-                if a < b and ea["seed"] == eb["seed"] and ea["method"] != eb["method"]:
+                if a < b and ea["seed"] == eb["seed"]:
                     pair = paired_with({ea["seed"]: ea["_correct"]}, {eb["seed"]: eb["_correct"]})
                     pair["only_second_right"] = pair.pop("only_cot_right")
                     results["paired"][f"{a} - {b}"] = pair
