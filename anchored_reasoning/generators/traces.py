@@ -157,9 +157,9 @@ def prosqa_options_backward(example: Example) -> list[str]:
     return steps
 
 
-_BACKWARD: dict[str, Callable[[Sequence[str]], list[str]]] = {"prontoqa": prontoqa_backward}
-#: Orders computed from the whole example (its graph), by task.
-_FROM_EXAMPLE: dict[tuple[str, str], Callable[[Example], list[str]]] = {
+#: Each order other than "forward", by (task, order): the new steps from the whole example.
+_ORDERS: dict[tuple[str, str], Callable[[Example], list[str]]] = {
+    ("prontoqa", "backward"): lambda ex: prontoqa_backward(ex.steps),
     ("prosqa", "options_backward"): prosqa_options_backward,
 }
 
@@ -169,10 +169,9 @@ def check_trace(task: str | None, order: str | None) -> str:
     order = order or "forward"
     if order not in TRACE_ORDERS:
         raise ConfigError(f"trace must be one of {', '.join(TRACE_ORDERS)}, got {order!r}")
-    if order == "backward" and (task or "") not in _BACKWARD:
-        raise ConfigError(f"trace {order!r} is defined for {', '.join(sorted(_BACKWARD))}, not for task {task!r}")
-    if order == "options_backward" and ((task or ""), order) not in _FROM_EXAMPLE:
-        raise ConfigError(f"trace {order!r} is defined for prosqa, not for task {task!r}")
+    if order != "forward" and ((task or ""), order) not in _ORDERS:
+        tasks = sorted(t for t, o in _ORDERS if o == order)
+        raise ConfigError(f"trace {order!r} is defined for {', '.join(tasks)}, not for task {task!r}")
     return order
 
 
@@ -185,11 +184,11 @@ def apply_trace(examples: Sequence[Example], task: str | None, order: str | None
     order = check_trace(task, order)
     if order == "forward":
         return list(examples)
-    by_example = _FROM_EXAMPLE.get((task or "", order))
+    fn = _ORDERS[(task or "", order)]
     out = []
     for ex in examples:
         try:
-            steps = by_example(ex) if by_example else _BACKWARD[task](ex.steps)
+            steps = fn(ex)
         except DataError as exc:
             raise DataError(f"example {ex.id}: {exc}") from None
         out.append(dataclasses.replace(ex, steps=steps, meta={**ex.meta, "trace": order}))

@@ -388,8 +388,8 @@ class CurriculumCallback(TrainerCallback):
                     "curriculum: stage(s) %s trained fewer steps than the floor of %d (%s); the time budget was too short",
                     sorted(short), self.min_steps_per_stage, short,
                 )
-        last = next((h for h in reversed(self.history) if h.get("event") in ("eval", "stage")), None)
-        if not (last and last["event"] == "eval" and last["step"] == state.global_step):  # else just graded
+        latest = next((h for h in reversed(self.history) if h.get("event") in ("eval", "stage")), None)
+        if not (latest and latest["event"] == "eval" and latest["step"] == state.global_step):  # else just graded
             self._evaluate(model, state, "end of training")
         if self.keep_best and self._best_state is not None and model is not None:
             last = self.history[-1] if self.history and self.history[-1].get("event") == "eval" else None
