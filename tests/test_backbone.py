@@ -192,3 +192,54 @@ def test_probe_branch_choice_on_a_hand_built_graph():
     # one of Tom's three children reaches x: a random branch scores 1/3; one of these four derivations took it
     assert choice == {"3+": {"n": 4, "first_step_reaches_answer": 0.25, "random_branch": pytest.approx(1 / 3)}}
     assert bp.branch_choice([({"Tom": {"a"}, "a": {"x"}}, [("Tom", "a")], "Tom", "x")])["1"]["random_branch"] == 1.0
+
+
+def test_backward_corpus_walks_back_from_the_options_and_drills_reverse_lookups():
+    """corpus="backward": walks from each option back to its entity (each step a fact of the problem whose
+    object is the previous step's subject) and reverse drills ("<object>: <fact ending in it>")."""
+    corpus = backbone.qa_corpus(400, seed=5, mixture="backward")
+    assert corpus == backbone.qa_corpus(400, seed=5, mixture="backward")
+    assert {t for t, _ in corpus} == {"prosqa", "prontoqa", "drill", "prosqa_back", "rdrill"}
+    seen = {"prosqa_back": 0, "rdrill": 0}
+    for task, doc in corpus:
+        head, tail = doc.split("\n", 1)
+        facts = {f.strip() + "." for f in head.split(".") if f.strip() and "?" not in f}
+        if task == "rdrill":
+            for line in re.findall(r"(\w+): ([^.]+\.)", tail):
+                assert line[1] in facts and line[1][:-1].split()[-1] == line[0]
+                seen[task] += 1
+        elif task == "prosqa_back":
+            options = re.search(r"Is (\w+) a (\w+) or (\w+)\?", head).groups()
+            walk, answer = tail.rsplit(" ### ", 1)
+            heads = re.findall(r"(\w+): ", walk)
+            assert sorted(heads) == sorted(options[1:]) and answer == f"{options[0]} is a " + answer.split()[-1]
+            prev = None
+            for sentence in re.findall(r"(?:\w+: )?([^.:]+\.)", walk):
+                sentence = sentence.strip()
+                assert sentence in facts
+                subject, obj = re.match(r"(?:Every )?(\w+) is a (\w+)\.", sentence).groups()
+                if prev is not None and obj != prev:  # a new option's walk starts at the option itself
+                    assert obj in options[1:]
+                prev = subject
+            seen[task] += 1
+    assert seen["prosqa_back"] >= 100 and seen["rdrill"] >= 200
+
+
+def test_reverse_lookup_probe_grades_both_directions():
+    import random
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import reverse_lookup
+
+    q = ("Tom is a wumpus. Every wumpus is a lempus. Every gerpus is a lempus. Sam is a gerpus. "
+         "Every lempus is a rorpus. Is Tom a rorpus or gerpus?")
+    assert reverse_lookup.parse_facts(q)[:2] == [("Tom", "wumpus"), ("wumpus", "lempus")]
+    made = reverse_lookup.queries(q, random.Random(1))
+    fwd, rev = made["forward"], made["reverse"]
+    assert rev["prompt"].endswith(f"{rev['object']}:") and "Is Tom" not in rev["prompt"]
+    lempus = {"prompt": "", "right": ["gerpus", "wumpus"], "chance": 0.3, "object": "lempus"}
+    assert reverse_lookup.grade("reverse", lempus, " Every gerpus is a lempus. Every")
+    assert not reverse_lookup.grade("reverse", lempus, " Every rorpus is a lempus.")
+    assert not reverse_lookup.grade("reverse", lempus, " Every gerpus is a rorpus.")
+    assert reverse_lookup.grade("forward", {"right": ["lempus"]}, " lempus. Every") and fwd["right"]

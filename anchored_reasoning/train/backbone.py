@@ -26,6 +26,7 @@ fine-tuning never resizes the embeddings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -35,6 +36,8 @@ import random
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+from anchored_reasoning.errors import DataError
 
 #: The shipped backbone's architecture (4 layers: depth matters for latent multi-hop search,
 #: width 128 keeps a training step cheap on a CPU).
@@ -68,32 +71,68 @@ QA_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
     ("drill", {"ladder": 3}, 0.20),
 ]
 
+#: The reverse-look-up corpus (``corpus="backward"``, continued from the question-aware backbone): ProsQA
+#: problems whose derivation walks back from each option to its entity (the ``options_backward`` trace of
+#: :mod:`anchored_reasoning.generators.traces`: every step names the subject of the fact that ends in the
+#: previous step's subject), reverse drills (facts, newline, facts restated as ``"<object>: <fact>"``: a
+#: lookup of the subject from the object), and a third of the question-aware corpus's forward documents so
+#: that the forward lookup is kept. Forward, a ProsQA walk is a search (a random forward walk reaches the
+#: answer 16% of the time on the real test); backward it is a chain of lookups, which a backbone that only
+#: ever looked facts up forward could not learn in 2,000 fine-tuning steps (docs/depth-ladder.md, session 20).
+BACKWARD_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
+    ("prosqa", {"ladder": 1}, 0.04),
+    ("prosqa", {"ladder": 2}, 0.05),
+    ("prosqa", {"ladder": 3}, 0.05),
+    ("prosqa", {"ladder": 4}, 0.05),
+    ("prontoqa", {"hops": 5}, 0.08),
+    ("drill", {"ladder": 3}, 0.08),
+    ("prosqa_back", {"ladder": 2}, 0.10),
+    ("prosqa_back", {"ladder": 3}, 0.10),
+    ("prosqa_back", {"ladder": 4}, 0.10),
+    ("prosqa_back", {}, 0.15),
+    ("rdrill", {"ladder": 3}, 0.10),
+    ("rdrill", {}, 0.10),
+]
+
 
 def qa_document(example, task: str, rng: random.Random | None = None) -> str:
     """Facts + question, newline, derivation, `` ### `` answer (task ``drill``: facts, newline, 6 facts
-    of the problem restated in random order -- each a lookup of the object from the subject)."""
-    if task == "drill":
+    of the problem restated in random order -- each a lookup of the object from the subject; ``rdrill``:
+    the same headed by their objects, ``"<object>: <fact>"`` -- each a lookup of the subject from the object;
+    ``prosqa_back``: the derivation is the ``options_backward`` trace)."""
+    if task in ("drill", "rdrill"):
         head = _facts(example.question, "prosqa")
         facts = [f.strip() + "." for f in head.split(".") if f.strip()]
         pick = (rng or random.Random(0)).sample(facts, min(6, len(facts)))
+        if task == "rdrill":
+            pick = [f"{f[:-1].split()[-1]}: {f}" for f in pick]
         return f"{head}\n{' '.join(pick)}"
+    if task == "prosqa_back":
+        from anchored_reasoning.generators.traces import prosqa_options_backward
+
+        example = dataclasses.replace(example, steps=prosqa_options_backward(example))
     steps = " ".join(s.strip() for s in (example.steps or []))
     return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
 
 
-def qa_corpus(n_docs: int, seed: int = 0) -> list[tuple[str, str]]:
-    """``n_docs`` (task, document) pairs of the question-aware corpus, shuffled with ``seed``."""
+def qa_corpus(n_docs: int, seed: int = 0, mixture: str = "questions") -> list[tuple[str, str]]:
+    """``n_docs`` (task, document) pairs of the question-aware corpus (``mixture="backward"``: of
+    :data:`BACKWARD_MIXTURE`), shuffled with ``seed``."""
     from anchored_reasoning import generators
     from anchored_reasoning.generators.prosqa import ladder_size
 
     rng = random.Random(seed)
     out: list[tuple[str, str]] = []
-    for i, (task, size, share) in enumerate(QA_MIXTURE):
+    offset = 50 if mixture == "questions" else 70
+    for i, (task, size, share) in enumerate(QA_MIXTURE if mixture == "questions" else BACKWARD_MIXTURE):
         n = max(1, round(n_docs * share))
         size = ladder_size(size["ladder"]) if "ladder" in size else size
-        gen_task = "prosqa" if task == "drill" else task
-        for ex in generators.generate_dataset(gen_task, n, seed=seed * 100 + 50 + i, split=f"qa{i}", **size):
-            out.append((task, qa_document(ex, task, rng)))
+        gen_task = "prosqa" if task in ("drill", "rdrill", "prosqa_back") else task
+        for ex in generators.generate_dataset(gen_task, n, seed=seed * 100 + offset + i, split=f"qa{i}", **size):
+            try:
+                out.append((task, qa_document(ex, task, rng)))
+            except DataError:  # options_backward: no entity reaches the wrong option (rare at the published size)
+                continue
     rng.shuffle(out)
     return out[:n_docs]
 
@@ -221,11 +260,13 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    if corpus_kind not in ("facts", "questions"):
-        raise ValueError(f"corpus_kind must be 'facts' or 'questions', got {corpus_kind!r}")
-    make = qa_corpus if corpus_kind == "questions" else logic_corpus
-    corpus = make(n_docs, seed=seed)
-    held = make(400, seed=seed + 999)
+    if corpus_kind not in ("facts", "questions", "backward"):
+        raise ValueError(f"corpus_kind must be 'facts', 'questions' or 'backward', got {corpus_kind!r}")
+    if corpus_kind == "facts":
+        corpus, held = logic_corpus(n_docs, seed=seed), logic_corpus(400, seed=seed + 999)
+    else:
+        corpus = qa_corpus(n_docs, seed=seed, mixture=corpus_kind)
+        held = qa_corpus(400 if corpus_kind == "questions" else 800, seed=seed + 999, mixture=corpus_kind)
     previous = None
     if init_from:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -255,7 +296,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     enc = [e for e in enc if len(e[0]) <= cfg["n_positions"]]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     budget = minutes * 60.0
-    held_by_task = {t: [d for tt, d in held if tt == t] for t in ("prosqa", "prontoqa")}
+    held_by_task = {t: [d for tt, d in held if tt == t] for t in sorted({tt for tt, _ in held} - {"drill"})}
     history: list[dict[str, Any]] = []
     t0 = time.time()
     step = 0
@@ -298,7 +339,8 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
         "config": cfg,
         "parameters": sum(p.numel() for p in model.parameters()),
         "corpus": {"kind": corpus_kind, "documents": len(enc), "dropped_too_long": too_long,
-                   "mixture": QA_MIXTURE if corpus_kind == "questions" else MIXTURE, "seed": seed},
+                   "mixture": {"questions": QA_MIXTURE, "backward": BACKWARD_MIXTURE}.get(corpus_kind, MIXTURE),
+                   "seed": seed},
         "steps": step, "tokens": tokens, "supervised_tokens": supervised, "batch_size": batch_size, "lr": lr,
         "train_seconds": round(time.time() - t0, 1), "total_seconds": round(time.time() - t_start, 1),
         "held_out_derivation_loss": final, "history": history,
@@ -326,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--init-from", default=None, help="continue pretraining a saved backbone (directory)")
-    p.add_argument("--corpus", choices=["facts", "questions"], default="facts",
-                   help="question-free logic text (the first backbone) or whole problems with the question kept")
+    p.add_argument("--corpus", choices=["facts", "questions", "backward"], default="facts",
+                   help="question-free logic text (the first backbone), whole problems with the question kept, "
+                        "or those with walks back from the options and reverse drills (BACKWARD_MIXTURE)")
     p.add_argument("--loss-on", choices=["derivation", "all"], default="derivation",
                    help="tokens that carry the loss (default: the derivation only)")
     p.add_argument("--token-shift", type=int, default=0, metavar="N",
