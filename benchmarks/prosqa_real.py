@@ -19,8 +19,8 @@ For each run folder (its ``run_config.json`` names the method, seed and training
   ``--heldout`` per depth, seed 200, the run's training questions dropped).
 
 Runs of the same seed are paired on the real test (bootstrap over problems, exact McNemar). Writes
-``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``, ``<method>_<trace>_s<seed>``
-for a run on another trace) and ``paired``;
+``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``; ``<method>_<trace>_s<seed>``
+for a run on another trace; the backbone folder's name before ``_s`` for another backbone) and ``paired``;
 a rerun replaces its own entries. Grading is greedy through the evaluation runner (``demo.evaluate``).
 """
 from __future__ import annotations
@@ -136,6 +136,14 @@ def last_validation(run: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+def entry_key(entry: dict[str, Any]) -> str:
+    """``<method>[_<trace>][_<backbone>]_s<seed>``: the trace when not forward, the backbone's folder name when
+    it is not the recipe's ``logic-gpt2-shift``."""
+    trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
+    model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name
+    return f"{entry['method']}{trace}{model}_s{entry['seed']}"
+
+
 def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, Any]:
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import (accuracy_by, binding_probe_examples, chain_summary, hops_of,
@@ -209,8 +217,7 @@ def main(argv=None) -> int:
     for run in args.run:
         entry = grade_run(Path(run), args.heldout, args.limit)
         entry["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
-        graded[f"{entry['method']}{trace}_s{entry['seed']}"] = entry
+        graded[entry_key(entry)] = entry
         print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test")}, default=str)[:400], flush=True)
     out = Path(args.out)
     with open(out.with_suffix(".lock"), "w") as lock:

@@ -48,3 +48,11 @@ def test_backward_chains_read_a_gold_chain_as_exact_and_a_broken_one_as_not():
     broken = [{"id": test[0].id, "completion": f"{answer} {test[0].meta['entity']}[EoA]", "extracted": None}]
     got = prosqa_real.backward_chains(test, broken)
     assert got["exact"] == 0 and got["answer_follows_walks"] == 0 and got["n"] == 1
+
+
+def test_entries_are_keyed_by_method_trace_backbone_and_seed():
+    base = {"method": "cot", "seed": 2, "trace": "forward", "model": "logic-gpt2-shift"}
+    assert prosqa_real.entry_key(base) == "cot_s2"
+    assert prosqa_real.entry_key({**base, "trace": "options_backward"}) == "cot_options_backward_s2"
+    other = {**base, "trace": "options_backward", "model": "/work/runs/backbone_back"}
+    assert prosqa_real.entry_key(other) == "cot_options_backward_backbone_back_s2"
