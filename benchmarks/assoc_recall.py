@@ -13,6 +13,8 @@ the object apart and chance is the mean of 1/k; with ``--queries shuffle`` every
 random order and a model that names an object not yet asked, ignoring the subject, already scores the
 ``floor`` reported beside the accuracy (mean of 1/(k - j) at the j-th query). ``--format adjacent``
 drops " is a" (``"Bob wumpus."``): the classic key-value recall, key right before value.
+``--direction reverse`` asks the other way (distinct objects; ``"\\n### wumpus:"`` -> ``Bob``): the look-up a walk
+back from an option needs; ``--save DIR`` keeps the trained model (``assoc_recall_reverse.json``).
 
 ``binding_fresh.py`` asks the same of whole ProsQA problems; this isolates its first step.
 """
@@ -49,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "in the object's own input")
     p.add_argument("--format", choices=("sentence", "adjacent"), default="sentence")
     p.add_argument("--queries", choices=("replace", "shuffle"), default="replace")
+    p.add_argument("--direction", choices=("forward", "reverse"), default="forward",
+                   help="reverse: distinct objects, queries \"\\n### wumpus:\" whose next word is the subject")
     p.add_argument("--k-min", type=int, default=2)
     p.add_argument("--k-max", type=int, default=6)
     p.add_argument("--steps", type=int, default=12000)
@@ -59,13 +63,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-docs", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--save", default=None, metavar="DIR",
+                   help="save the trained model and its tokenizer here (e.g. a reverse-recall phase to fine-tune on)")
     return p.parse_args(argv)
 
 
 class Docs:
     """Token-level document builder (every name is one token of the logic tokenizer)."""
 
-    def __init__(self, tok, fmt: str, queries: str, k_min: int, k_max: int):
+    def __init__(self, tok, fmt: str, queries: str, k_min: int, k_max: int, direction: str = "forward"):
         from anchored_reasoning.generators.prosqa import CONCEPT_NAMES, ENTITY_NAMES
 
         def one(text: str) -> list[int]:
@@ -79,7 +85,8 @@ class Docs:
         if k_max > len(self.entities) or not 1 <= k_min <= k_max:
             raise ValueError(f"k must satisfy 1 <= k_min <= k_max <= {len(self.entities)}; got {k_min}..{k_max}")
         self.link = one(" is a") if fmt == "sentence" else []
-        self.dot, self.mark = one("."), one("\n###")
+        self.dot, self.mark, self.colon = one("."), one("\n###"), one(":")
+        self.direction = direction
         self.bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
         self.queries, self.k_min, self.k_max = queries, k_min, k_max
 
@@ -87,16 +94,20 @@ class Docs:
         """(example, k, order of the queried facts)."""
         k = rng.randint(self.k_min, self.k_max)
         subjects = rng.sample(self.entities, k)
-        objects = [rng.choice(self.concepts) for _ in subjects]
+        if self.direction == "reverse":  # distinct objects: the object names its one subject
+            objects = rng.sample(self.concepts, k)
+        else:
+            objects = [rng.choice(self.concepts) for _ in subjects]
         ids = list(self.bos)
         for s, o in zip(subjects, objects):
             ids += self.names[s] + self.link + self.names[o] + self.dot
         labels = [IGNORE] * len(ids)
         order = [rng.randrange(k) for _ in range(k)] if self.queries == "replace" else rng.sample(range(k), k)
         for i in order:
-            q = self.mark + self.names[subjects[i]] + self.link
-            ids += q + self.names[objects[i]] + self.dot
-            labels += [IGNORE] * len(q) + self.names[objects[i]] + [IGNORE] * len(self.dot)
+            key, value = (objects[i], subjects[i]) if self.direction == "reverse" else (subjects[i], objects[i])
+            q = self.mark + self.names[key] + (self.colon if self.direction == "reverse" else self.link)
+            ids += q + self.names[value] + self.dot
+            labels += [IGNORE] * len(q) + self.names[value] + [IGNORE] * len(self.dot)
         return TokenizedExample(ids, labels, [IGNORE] * len(ids)), k, order
 
     def floor(self, k: int, order: list[int]) -> float:
@@ -146,7 +157,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     tok = AutoTokenizer.from_pretrained(resolve_model(args.init))
-    docs = Docs(tok, args.format, args.queries, args.k_min, args.k_max)
+    docs = Docs(tok, args.format, args.queries, args.k_min, args.k_max, args.direction)
     model = build_model(args.init, tok, llama=args.llama, scratch=args.scratch, shift=args.shift)
     model.train()
     pad_id = tok.eos_token_id
@@ -167,6 +178,9 @@ def main(argv=None) -> int:
             run["reached_step"] = step
             save(Path(args.out), args.label, run)
             print(json.dumps(point), flush=True)
+    if args.save:
+        model.save_pretrained(args.save)
+        tok.save_pretrained(args.save)
     return 0
 
 

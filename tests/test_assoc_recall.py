@@ -43,6 +43,20 @@ def test_each_query_is_labelled_with_its_subjects_object(tok, fmt):
     assert all(len(tok.decode(ex.input_ids[:p])) > first_query for p in labelled)
 
 
+def test_reverse_queries_ask_an_object_for_its_one_subject(tok):
+    docs = ar.Docs(tok, "sentence", "replace", 4, 6, "reverse")
+    ex, k, order = docs.make(random.Random(3))
+    facts = tok.decode(ex.input_ids).split("\n")[0].replace("<s>", "").strip()
+    subject = {f.split(" is a ")[1]: f.split(" is a ")[0].strip() for f in facts.rstrip(".").split(". ")}
+    assert len(subject) == k  # distinct objects: each names one subject
+    labelled = [p for p, t in enumerate(ex.labels) if t != ar.IGNORE]
+    assert len(labelled) == len(order)
+    for p in labelled:
+        before = tok.decode(ex.input_ids[:p]).rsplit("###", 1)[1]
+        assert before.endswith(":")
+        assert tok.decode([ex.labels[p]]).strip() == subject[before[:-1].strip()]
+
+
 def test_floor_is_the_no_subject_score():
     class D(ar.Docs):
         def __init__(self, queries):
