@@ -30,7 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse stops a positional list at the first option: "train RECIPE --quiet a=1" leaves "a=1" over.
+    # Overrides after an option are still overrides; anything else is an error, as parse_args would say.
+    if extra and isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in x and not x.startswith("-") for x in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -114,6 +114,18 @@ def test_cli_dry_run_prints_the_resolved_recipe(capsys):
     assert main(["train", "tiny_test", "training.max_stepz=3", "--dry-run"]) == 1
 
 
+def test_cli_overrides_may_follow_an_option(capsys):
+    """argparse ends a positional list at the first option; the overrides after it are still applied."""
+    from anchored_reasoning.cli import main
+
+    assert main(["train", "tiny_test", "--dry-run", "training.max_steps=4", "seed=3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["training"]["max_steps"] == 4 and out["seed"] == 3
+    with pytest.raises(SystemExit):
+        main(["train", "tiny_test", "--dry-run", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_tiny_recipe_trains_and_saves_a_loadable_checkpoint(tmp_path):
     import torch
