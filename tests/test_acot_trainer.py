@@ -397,3 +397,15 @@ def test_every_parameter_trains(tiny, tmp_path, arch):
     frozen = [k for k, v in before.items() if torch.equal(v, after[k])]
     assert not frozen, f"weights the trainer never changed: {frozen}"
     assert (arch == "shift-gpt2") == any(k.startswith("transformer.shift_proj.") for k in after)
+
+
+def test_a_slot_method_that_keeps_every_step_is_warned_about():
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.train.ar import steps_kept_warning
+
+    pause = get_method("pause", style="trained", k=6)
+    assert "keeps every reasoning step" in steps_kept_warning(pause, curriculum=False)
+    assert steps_kept_warning(pause, curriculum=True) is None
+    removing = get_method("pause", style="trained", k=6, remove_steps_per_stage=1)
+    assert steps_kept_warning(removing, curriculum=False) is None
+    assert steps_kept_warning(get_method("cot", style="trained"), curriculum=False) is None

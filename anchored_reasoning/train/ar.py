@@ -47,6 +47,17 @@ _PRESET_DEFAULTS = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 # ---------------------------------------------------------------------------------------------
 # data (sections and mixes are loaded by data_sources.load_split)
 
+def steps_kept_warning(method, curriculum: bool) -> str | None:
+    """A warning when a slot method (pause, acot) will keep every reasoning step in its target: without a
+    curriculum and ``remove_steps_per_stage`` it trains at its last slot stage, i.e. CoT after the slots --
+    not the paper's pause/ACoT, whose curriculum removes the steps (``train/prosqa_gpt2_pause.yaml``)."""
+    if getattr(method, "slot_kind", None) is None or curriculum or getattr(method, "remove_steps_per_stage", 0):
+        return None
+    return (f"method {method.name!r} without training.curriculum and method.options.remove_steps_per_stage keeps "
+            f"every reasoning step in its target: it learns CoT after its slots, not the paper's {method.name} "
+            f"(set both, as train/prosqa_gpt2_{method.name}.yaml does, to remove the steps)")
+
+
 def training_texts(examples: Sequence[Example], method: Any, task: Any) -> list[str]:
     """Rendered text of every curriculum stage, for training a tokenizer that covers the format."""
     texts = []
@@ -222,6 +233,9 @@ def run_with_examples(
     if method_cfg["name"] in ("acot", "pause") and "k" not in options:
         options["k"] = config.num_anchor_slots  # training.num_anchor_slots sets k unless the method options do
     method = get_method(method_cfg["name"], style="trained", **options)
+    kept = steps_kept_warning(method, bool(config.curriculum))
+    if kept:
+        logger.warning(kept)
     task = grader_for(task_name) if config.generation_eval else None
     if config.curriculum:  # a curriculum that cannot fit the run's steps is refused before any model is built
         curriculum_plan_for(config, method, len(train_examples))
