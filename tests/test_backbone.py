@@ -223,6 +223,8 @@ def test_backward_corpus_walks_back_from_the_options_and_drills_reverse_lookups(
                 prev = subject
             seen[task] += 1
     assert seen["prosqa_back"] >= 100 and seen["rdrill"] >= 200
+    with pytest.raises(ValueError, match="mixture must be"):
+        backbone.qa_corpus(10, mixture="backwards")
 
 
 def test_reverse_lookup_probe_grades_both_directions():

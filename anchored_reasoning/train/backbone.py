@@ -121,6 +121,8 @@ def qa_corpus(n_docs: int, seed: int = 0, mixture: str = "questions") -> list[tu
     from anchored_reasoning import generators
     from anchored_reasoning.generators.prosqa import ladder_size
 
+    if mixture not in ("questions", "backward"):
+        raise ValueError(f"qa_corpus: mixture must be 'questions' or 'backward', got {mixture!r}")
     rng = random.Random(seed)
     out: list[tuple[str, str]] = []
     offset = 50 if mixture == "questions" else 70
