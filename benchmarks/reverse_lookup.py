@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import random
 import re
 import sys
@@ -35,13 +33,10 @@ _FACT = re.compile(r"^(?:Every )?(\w+) is a (\w+)\.$")
 
 
 def parse_facts(question: str) -> list[tuple[str, str]]:
-    """(subject, object) of each fact sentence of a ProsQA question (the question sentence is skipped)."""
-    out = []
-    for sentence in re.findall(r"[^.?]+[.?]", question):
-        m = _FACT.match(sentence.strip())
-        if m:
-            out.append((m.group(1), m.group(2)))
-    return out
+    """(subject, object) of each fact of a ProsQA question (``generators.shortcuts.parse``)."""
+    from anchored_reasoning.generators.shortcuts import parse
+
+    return [(a, b) for _, a, b in parse(question)[0]]
 
 
 def queries(question: str, rng: random.Random) -> dict:
@@ -121,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from anchored_reasoning import generators
     from anchored_reasoning.generators.prosqa import ladder_size
+    from anchored_reasoning.machine import machine_info
     from anchored_reasoning.tasks import get_task
 
     torch.set_num_threads(a.threads)
@@ -133,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "what": "zero-shot fact look-up forward (subject -> object) and backward (object -> subject) after a "
                 "ProsQA problem's facts (benchmarks/reverse_lookup.py)",
         "command": "python benchmarks/reverse_lookup.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": dt.date.today().isoformat(), "machine": f"{platform.machine()} {os.cpu_count()} cores",
-        "threads": a.threads,
+        "date": dt.date.today().isoformat(), "machine": machine_info(), "threads": a.threads,
         "models": {m: probe(m, problems) for m in a.model},
     }
     text = json.dumps(result, indent=1)
