@@ -94,6 +94,10 @@ BACKWARD_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
     ("rdrill", {}, 0.10),
 ]
 
+#: The question-aware mixtures by name, each with its generator-seed offset (``seed * 100 + offset + i``).
+QA_MIXTURES: dict[str, tuple[list[tuple[str, dict[str, Any], float]], int]] = {
+    "questions": (QA_MIXTURE, 50), "backward": (BACKWARD_MIXTURE, 70)}
+
 
 def qa_document(example, task: str, rng: random.Random | None = None) -> str:
     """Facts + question, newline, derivation, `` ### `` answer (task ``drill``: facts, newline, 6 facts
@@ -121,12 +125,12 @@ def qa_corpus(n_docs: int, seed: int = 0, mixture: str = "questions") -> list[tu
     from anchored_reasoning import generators
     from anchored_reasoning.generators.prosqa import ladder_size
 
-    if mixture not in ("questions", "backward"):
-        raise ValueError(f"qa_corpus: mixture must be 'questions' or 'backward', got {mixture!r}")
+    if mixture not in QA_MIXTURES:
+        raise ValueError(f"qa_corpus: mixture must be one of {', '.join(QA_MIXTURES)}, got {mixture!r}")
     rng = random.Random(seed)
     out: list[tuple[str, str]] = []
-    offset = 50 if mixture == "questions" else 70
-    for i, (task, size, share) in enumerate(QA_MIXTURE if mixture == "questions" else BACKWARD_MIXTURE):
+    table, offset = QA_MIXTURES[mixture]
+    for i, (task, size, share) in enumerate(table):
         n = max(1, round(n_docs * share))
         size = ladder_size(size["ladder"]) if "ladder" in size else size
         gen_task = "prosqa" if task in ("drill", "rdrill", "prosqa_back") else task
@@ -341,7 +345,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
         "config": cfg,
         "parameters": sum(p.numel() for p in model.parameters()),
         "corpus": {"kind": corpus_kind, "documents": len(enc), "dropped_too_long": too_long,
-                   "mixture": {"questions": QA_MIXTURE, "backward": BACKWARD_MIXTURE}.get(corpus_kind, MIXTURE),
+                   "mixture": QA_MIXTURES[corpus_kind][0] if corpus_kind in QA_MIXTURES else MIXTURE,
                    "seed": seed},
         "steps": step, "tokens": tokens, "supervised_tokens": supervised, "batch_size": batch_size, "lr": lr,
         "train_seconds": round(time.time() - t0, 1), "total_seconds": round(time.time() - t_start, 1),
