@@ -254,3 +254,68 @@ def test_options_backward_on_the_real_test_and_its_anchor_chain(tmp_path):
         apply_trace(test[:1], "prontoqa", "options_backward")
     with pytest.raises(DataError, match="graph in meta"):
         apply_trace([Example(id="x", question="q", answer="a", steps=["A is a b."])], "prosqa", "options_backward")
+
+
+def _replay_dfs(ex):
+    """Replays a ``dfs`` trace against the question's facts alone: each fact goes down from the current
+    concept to its first unvisited child in the question's order, each ``Back to P.`` leaves a concept with
+    no unvisited child for its parent P; returns the stacks after every step."""
+    import re
+
+    facts = [f.strip() for f in re.findall(r"[^.?]+\.", ex.question.split("?")[0].rsplit(".", 1)[0] + ".")]
+    children: dict[str, list[str]] = {}
+    for f in facts:
+        m = re.fullmatch(r"(?:Every )?(\w+) is a (\w+)\.", f)
+        children.setdefault(m.group(1), []).append(m.group(2))
+    stack, seen, stacks = [ex.meta["entity"]], {ex.meta["entity"]}, []
+    for step in ex.steps:
+        unvisited = [c for c in children.get(stack[-1], []) if c not in seen]
+        back = re.fullmatch(r"Back to (\w+)\.", step)
+        if back:
+            assert not unvisited, (step, stack, unvisited)
+            stack.pop()
+            assert stack[-1] == back.group(1), (step, stack)
+        else:
+            m = re.fullmatch(r"(?:Every )?(\w+) is a (\w+)\.", step)
+            assert step in facts and m.group(1) == stack[-1], (step, stack)
+            assert m.group(2) == unvisited[0], (step, unvisited)
+            stack.append(m.group(2))
+            seen.add(m.group(2))
+        stacks.append(list(stack))
+    return stacks
+
+
+def test_dfs_searches_forward_in_the_question_order_and_stops_at_the_answer():
+    from anchored_reasoning.generators.prosqa import generate_dataset as prosqa_dataset
+
+    examples = prosqa_dataset(40, seed=3)
+    dfs, paths = apply_trace(examples, "prosqa", "dfs"), apply_trace(examples, "prosqa", "dfs_paths")
+    backed_up = 0
+    for before, ex, px in zip(examples, dfs, paths):
+        stacks = _replay_dfs(ex)
+        assert stacks[-1][-1] == ex.meta["answer_concept"]
+        assert ex.meta["neg_concept"] not in {n for s in stacks for n in s}
+        assert px.steps == [" ".join(s) + "." for s in stacks]  # the same search, the stack written out
+        backed_up += any(s.startswith("Back to ") for s in ex.steps)
+        assert (ex.question, ex.answer, ex.meta["trace"], px.meta["trace"]) == (before.question, before.answer, "dfs", "dfs_paths")
+    assert backed_up >= 10  # the search is not just the gold walk
+
+
+def test_dfs_on_the_real_test_and_a_search_that_meets_the_wrong_option():
+    import dataclasses
+
+    from anchored_reasoning.tasks import get_task
+
+    test = get_task("prosqa").load("test", data_dir=os.environ.get("ANCHORED_REASONING_DATA"))
+    traced = apply_trace(test, "prosqa", "dfs")
+    assert all(_replay_dfs(ex)[-1][-1] == ex.meta["answer_concept"] for ex in traced)
+    assert traced[0].steps[:4] == ["Sally is a boompus.", "Every boompus is a zhorpus.", "Every zhorpus is a tumpus.",
+                                   "Back to zhorpus."]
+    assert sum(len(ex.steps) for ex in traced) / len(traced) == pytest.approx(11.34, abs=0.01)
+    ex = test[0]
+    first = ex.meta["idx_to_symbol"].index("boompus")  # Sally's first child in the question's order
+    wrong = dataclasses.replace(ex, meta={**ex.meta, "neg_target": first})
+    with pytest.raises(DataError, match="wrong option boompus"):
+        apply_trace([wrong], "prosqa", "dfs")
+    with pytest.raises(ConfigError, match="prosqa"):
+        apply_trace(test[:1], "prontoqa", "dfs_paths")

@@ -35,6 +35,20 @@ The answer is then the option whose walk ends at the asked entity; the answer li
 anchors of this trace (``anchors.logic_nodes``) are the walks' nodes in order, so ``anchor_chain``
 writes ``hilpus lorpus Bob sterpus rempus scrompus Sally``.
 
+``dfs`` needs no look-ahead and no reverse look-up: a depth-first search *forward* from the asked entity,
+each concept's children taken in the order the question states their facts, that stops at the first option
+it reaches (in ProsQA only the answer is reachable from the asked entity). Going down is a fact of the
+question verbatim (the forward look-up the logic backbone was pretrained on); at a concept with no
+unvisited child the search backs up one level, written ``Back to <parent>.``::
+
+    Sally is a scrompus. | Every scrompus is a lempus. | Back to scrompus. | Every scrompus is a rempus. |
+    Every rempus is a sterpus.
+
+``dfs_paths`` is the same search with the stack written out: each step is the path from the entity to the
+current concept (``Sally scrompus lempus.``, then ``Sally scrompus.`` when it backs up), so backing up is a
+copy of the previous line without its last node instead of a look-up of the parent. On the real test the
+search takes 11.3 steps on average (at most 32), 3.5 of them back-ups; the gold proof has 3.8 steps.
+
 ``apply_trace(examples, task, order)`` is what recipes call (``data.train.trace: backward``).
 """
 from __future__ import annotations
@@ -46,7 +60,7 @@ from typing import Callable, Sequence
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.types import Example
 
-TRACE_ORDERS = ("forward", "backward", "options_backward")
+TRACE_ORDERS = ("forward", "backward", "options_backward", "dfs", "dfs_paths")
 
 _SENTENCE = re.compile(r"[^.]+\.")
 
@@ -121,6 +135,15 @@ def _path_to(children: dict[int, list[int]], start: int, goal: int) -> list[int]
     return path[::-1]
 
 
+def _graph(example: Example) -> tuple[Sequence[str], list, int, int, int]:
+    """A ProsQA example's graph from its meta: symbols, edges, the asked entity, the answer, the wrong option."""
+    meta = example.meta
+    try:
+        return meta["idx_to_symbol"], meta["edges"], meta["root"], meta["target"], meta["neg_target"]
+    except KeyError as exc:
+        raise DataError(f"not a ProsQA example with its graph in meta (missing {exc})") from None
+
+
 def prosqa_options_backward(example: Example) -> list[str]:
     """For each option of a ProsQA example (the question's order), the walk from it back to the entity
     it comes from: ``"<option>: <fact ending in the option>"``, then the facts up to the entity's own.
@@ -128,12 +151,7 @@ def prosqa_options_backward(example: Example) -> list[str]:
     that reaches it. A problem whose wrong option no entity reaches raises :class:`DataError`."""
     from anchored_reasoning.anchors import logic_nodes
 
-    meta = example.meta
-    try:
-        symbols, edges, root, target, neg = (meta["idx_to_symbol"], meta["edges"], meta["root"], meta["target"],
-                                             meta["neg_target"])
-    except KeyError as exc:
-        raise DataError(f"not a ProsQA example with its graph in meta (missing {exc})") from None
+    symbols, edges, root, target, neg = _graph(example)
     children: dict[int, list[int]] = {}
     for a, b in sorted(map(tuple, edges)):
         children.setdefault(a, []).append(b)
@@ -157,10 +175,43 @@ def prosqa_options_backward(example: Example) -> list[str]:
     return steps
 
 
+def prosqa_dfs(example: Example, paths: bool = False) -> list[str]:
+    """The depth-first search from the asked entity to the first option it reaches (module doc): facts and
+    ``Back to <parent>.`` steps, or with ``paths`` the path to the current concept at every step. Children
+    are taken in the order the question states their facts. :class:`DataError` when the search reaches the
+    wrong option or no option."""
+    symbols, edges, root, target, neg = _graph(example)
+    question = example.question
+    children: dict[int, list[int]] = {}
+    for a, b in map(tuple, edges):
+        children.setdefault(a, []).append(b)
+    for a, kids in children.items():  # the question's order; a fact the question does not state goes last
+        kids.sort(key=lambda b: (question.find(_fact(symbols, a, b)) % (len(question) + 1), b))
+    seen, stack, steps = {root}, [root], []
+    while stack:
+        node = stack[-1]
+        if node in (target, neg):
+            if node == neg:
+                raise DataError(f"the search from {symbols[root]} reaches the wrong option {symbols[neg]}")
+            return steps
+        nxt = next((c for c in children.get(node, ()) if c not in seen), None)
+        if nxt is not None:
+            seen.add(nxt)
+            stack.append(nxt)
+            steps.append(" ".join(symbols[i] for i in stack) + "." if paths else _fact(symbols, node, nxt))
+        else:
+            stack.pop()
+            if stack:
+                steps.append(" ".join(symbols[i] for i in stack) + "." if paths else f"Back to {symbols[stack[-1]]}.")
+    raise DataError(f"no option is reachable from {symbols[root]}")
+
+
 #: Each order other than "forward", by (task, order): the new steps from the whole example.
 _ORDERS: dict[tuple[str, str], Callable[[Example], list[str]]] = {
     ("prontoqa", "backward"): lambda ex: prontoqa_backward(ex.steps),
     ("prosqa", "options_backward"): prosqa_options_backward,
+    ("prosqa", "dfs"): prosqa_dfs,
+    ("prosqa", "dfs_paths"): lambda ex: prosqa_dfs(ex, paths=True),
 }
 
 
