@@ -10,7 +10,15 @@ its end-of-training validation (the 800 real test problems, greedy) -- accuracy 
 problems, tokens, answers naming no option -- and a paired comparison (bootstrap over problems, exact
 McNemar) with the anchor_chain and CoT runs of the same seed and data in ``prontoqa_mirror.json``
 (``<method>_h5_2000_train2-3-4-5_std1800_s<seed>``). Writes ``benchmarks/results/prontoqa_real_methods.json``,
-one entry per run (``<method>_s<seed>``); a rerun replaces its own entries.
+one entry per run (``entry_key``: ``<method>[_curriculum][_<label>]_s<seed>``); a rerun replaces its own entries.
+
+A grid of runs (``benchmarks/recipe_grid.sh``, e.g. every method x 3 seeds on one GPU) is graded with one
+``--label`` for all its runs; each run is then also paired with the CoT and anchor_chain runs of the same
+label and seed, and ``summary[<label>]`` gives per method the seeds' accuracies, the pooled accuracy and
+the seed-pooled paired difference from the label's CoT (exact McNemar over (seed, problem) pairs)::
+
+    bash benchmarks/recipe_grid.sh runs/pq_gpu
+    python benchmarks/prontoqa_real_runs.py --label gpu $(printf -- '--run %s ' runs/pq_gpu/*/)
 """
 from __future__ import annotations
 
@@ -28,7 +36,14 @@ OUT = ROOT / "benchmarks" / "results" / "prontoqa_real_methods.json"
 MIRROR = ROOT / "benchmarks" / "results" / "prontoqa_mirror.json"
 
 
-def grade_run(run: Path, mirror: dict[str, Any]) -> dict[str, Any]:
+def entry_key(entry: dict[str, Any]) -> str:
+    """``<method>[_curriculum][_<label>]_s<seed>``: a run with steps removed by a curriculum, or of a labelled
+    grid, never replaces the recipe's plain run of the same method and seed."""
+    parts = [entry["method"]] + (["curriculum"] if entry.get("curriculum") else []) + ([entry["label"]] if entry.get("label") else [])
+    return "_".join(parts) + f"_s{entry['seed']}"
+
+
+def grade_run(run: Path, mirror: dict[str, Any], label: str | None = None) -> dict[str, Any]:
     from anchored_reasoning.eval.runner import load_records
     from prontoqa_mirror import paired_with
     from prosqa_real import _ci, last_validation
@@ -45,6 +60,7 @@ def grade_run(run: Path, mirror: dict[str, Any]) -> dict[str, Any]:
     seed = int(recipe.get("seed", 0))
     entry = {
         "method": recipe["method"]["name"], "seed": seed, "run": str(run), "model": recipe["model"]["name"],
+        "curriculum": bool((recipe.get("training") or {}).get("curriculum")), "label": label,
         "train_steps": config.get("completed_step") or config.get("last_checkpoint_step"),
         "records": str(found),
         "real_test": {**_ci([float(v) for v in correct.values()]), "chance": 0.5,
@@ -65,11 +81,43 @@ def grade_run(run: Path, mirror: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def pair_within(results: dict[str, Any], label: str) -> dict[str, Any]:
+    """Pairs each run of ``label`` with the label's CoT and anchor_chain runs of its seed (in place), and
+    returns the label's summary: per method (and curriculum) the seeds, their accuracies, the pooled
+    accuracy over (seed, problem) and the seed-pooled paired difference from the label's CoT."""
+    from prontoqa_mirror import paired_with
+    from prosqa_real import _ci
+
+    runs = {k: e for k, e in results.items() if e.get("label") == label and e.get("_correct")}
+    by_method: dict[str, dict[int, dict[str, int]]] = {}
+    for e in runs.values():
+        by_method.setdefault(entry_key({**e, "seed": 0})[: -len("_s0")], {})[e["seed"]] = e["_correct"]
+    base = {m: f"{m}_{label}" for m in ("cot", "anchor_chain")}
+    for e in runs.values():
+        for other, group in base.items():
+            theirs = by_method.get(group, {}).get(e["seed"])
+            if theirs is not None and e["method"] != other:
+                pair = paired_with({e["seed"]: e["_correct"]}, {e["seed"]: theirs})
+                pair["only_second_right"] = pair.pop("only_cot_right")
+                e["paired"][f"{e['method']} - {other} ({label}, seed {e['seed']})"] = pair
+    summary: dict[str, Any] = {}
+    for group, seeds in sorted(by_method.items()):
+        pooled = [float(v) for s in sorted(seeds) for v in seeds[s].values()]
+        row = {"seeds": sorted(seeds), "per_seed": {str(s): round(sum(c.values()) / len(c), 4) for s, c in sorted(seeds.items())},
+               "pooled": _ci(pooled), "chance": 0.5}
+        cot = by_method.get(base["cot"])
+        if cot and group != base["cot"]:
+            row["minus_cot"] = paired_with(seeds, cot)
+        summary[group] = row
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", action="append", required=True, help="a finished prontoqa_real_cpu run folder (repeat)")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--machine-note", default=None)
+    p.add_argument("--label", default=None, help="one name for a grid of runs (e.g. gpu): keys, pairing within it, summary")
     a = p.parse_args(argv)
     from anchored_reasoning.machine import machine_info
 
@@ -77,12 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     results = json.loads(out.read_text()) if out.is_file() else {}
     for run in a.run:
-        entry = grade_run(Path(run), mirror)
+        entry = grade_run(Path(run), mirror, a.label)
         entry["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         entry["machine"] = machine_info(note=a.machine_note)
         entry["command"] = "python benchmarks/prontoqa_real_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)
-        results[f"{entry['method']}_s{entry['seed']}"] = entry
-        print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test", "paired")}, default=str)[:800])
+        results[entry_key(entry)] = entry
+        print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test")}, default=str)[:400])
+    if a.label:
+        results.setdefault("summary", {})[a.label] = summary = pair_within(
+            {k: v for k, v in results.items() if k != "summary"}, a.label)
+        for group, row in summary.items():
+            print(group, row["per_seed"], row["pooled"], row.get("minus_cot", ""))
     out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     return 0
 

@@ -36,3 +36,30 @@ def test_a_run_is_graded_and_paired_with_the_same_seeds_anchor_chain(tmp_path):
 def test_an_unfinished_run_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="not the 800"):
         prontoqa_real_runs.grade_run(_run(tmp_path, right=10, n=100), {})
+
+
+def test_a_labelled_grid_is_keyed_apart_paired_within_and_summarised(tmp_path):
+    def entry(method, seed, right, curriculum=False):
+        run = tmp_path / f"{method}_{seed}"
+        (run / "validation" / "step-0002000").mkdir(parents=True)
+        recipe = {"method": {"name": method}, "seed": seed, "model": {"name": "m"}, "training": {"curriculum": curriculum}}
+        (run / "run_config.json").write_text(json.dumps({"recipe": recipe, "completed_step": 2000}))
+        rows = [{"id": f"t{i}", "sample": 0, "correct": i in right, "extracted": "True", "tokens": 9} for i in range(800)]
+        (run / "validation" / "step-0002000" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return prontoqa_real_runs.grade_run(run, {}, label="g")
+
+    runs = [entry("cot", 0, set(range(400))), entry("cot", 1, set(range(500))),
+            entry("pause", 0, set(range(300)), curriculum=True), entry("pause", 1, set(range(100, 400)), curriculum=True)]
+    results = {prontoqa_real_runs.entry_key(e): e for e in runs}
+    assert set(results) == {"cot_g_s0", "cot_g_s1", "pause_curriculum_g_s0", "pause_curriculum_g_s1"}
+    assert prontoqa_real_runs.entry_key({"method": "pause", "seed": 0}) == "pause_s0"  # the recipe's plain run keeps its key
+    summary = prontoqa_real_runs.pair_within(results, "g")
+    assert summary["cot_g"]["per_seed"] == {"0": 0.5, "1": 0.625} and summary["cot_g"]["pooled"]["n"] == 1600
+    pause = summary["pause_curriculum_g"]
+    assert pause["pooled"]["accuracy"] == 0.375
+    # seed 0: cot alone right on 100; seed 1: pause alone right on none, cot alone on 100 + 100
+    assert pause["minus_cot"]["seeds_paired"] == [0, 1] and pause["minus_cot"]["only_cot_right"] == 300
+    assert pause["minus_cot"]["only_this_right"] == 0 and pause["minus_cot"]["diff"] == -0.1875
+    (pair,) = results["pause_curriculum_g_s1"]["paired"].values()  # with its seed's CoT; no anchor_chain in the grid
+    assert pair["only_second_right"] == 200 and pair["seeds_paired"] == [1]
+    assert "minus_cot" not in summary["cot_g"]
