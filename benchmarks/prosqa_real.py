@@ -12,7 +12,8 @@ For each run folder (its ``run_config.json`` names the method, seed and training
 - the real test's own surface shortcut beside it: the best rule of ``generators/shortcuts.py`` on the test
   ("the option less frequent in the facts", 0.66) and the model's accuracy where that rule is right and
   where it is wrong -- a model riding the rule is near 0 where it is wrong;
-- the written chains read against each graph (``eval.probes.chain_summary``: exact walks, first errors);
+- the written chains read against each graph (``eval.probes.chain_summary``: exact walks, first errors; a
+  ``dfs``/``dfs_paths`` run's search replayed by ``eval.search_probe``: legal steps, the first rule broken);
 - the binding probe: every test problem asked about the other entity, the answer flipped
   (``eval.probes.binding_probe_examples``): the share of answers that follow, by hop count;
 - held-out shortcut-free problems (``neg_depth: match`` at the published size, 3, 4 and 5-6 hops,
@@ -118,6 +119,18 @@ def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]
     return counts
 
 
+def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any]:
+    """The written steps read against each graph, the way the run's trace writes them."""
+    from anchored_reasoning.eval.probes import chain_summary
+    from anchored_reasoning.eval.search_probe import search_summary
+
+    if trace == "options_backward":
+        return backward_chains(test, records)
+    if trace in ("dfs", "dfs_paths"):  # a written search: replayed, its first error named
+        return search_summary(records, test, paths=trace == "dfs_paths")
+    return chain_summary(records, test, hops)
+
+
 def heldout_examples(n: int, training_questions: set[str]) -> tuple[list, dict[str, str]]:
     """``n`` shortcut-free problems per depth group of HELDOUT_SIZES (seed 200) not seen in training."""
     from anchored_reasoning.generators.prosqa import generate_dataset
@@ -146,8 +159,7 @@ def entry_key(entry: dict[str, Any]) -> str:
 
 def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, Any]:
     from anchored_reasoning import demo
-    from anchored_reasoning.eval.probes import (accuracy_by, binding_probe_examples, chain_summary, hops_of,
-                                                probe_summary)
+    from anchored_reasoning.eval.probes import accuracy_by, binding_probe_examples, hops_of, probe_summary
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.tasks import get_task
     from anchored_reasoning.train.data_sources import load_split
@@ -184,7 +196,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
                                   for h, v in accuracy_by(records, hops).items()}},
         "shortcut": shortcut_split(test, correct),
         "trace": trace,
-        "chains": backward_chains(test, records) if trace == "options_backward" else chain_summary(records, test, hops),
+        "chains": chains(trace, test, records, hops),
         "binding_probe": {"flip_rate": round(probe["flip_rate"]["mean"], 4),
                           "swap_accuracy": round(probe["swap_accuracy"]["mean"], 4),
                           "both_right": round(probe["both_right"]["mean"], 4),

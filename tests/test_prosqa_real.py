@@ -56,3 +56,14 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
     assert prosqa_real.entry_key({**base, "trace": "options_backward"}) == "cot_options_backward_s2"
     other = {**base, "trace": "options_backward", "model": "/work/runs/backbone_back"}
     assert prosqa_real.entry_key(other) == "cot_options_backward_backbone_back_s2"
+
+
+def test_a_search_trace_is_replayed_and_a_path_trace_read_as_paths():
+    from anchored_reasoning.generators.traces import prosqa_dfs
+
+    test = generate_dataset(4, seed=6)
+    for trace, paths in (("dfs", False), ("dfs_paths", True)):
+        records = [{"id": ex.id, "sample": 0, "completion": " ".join(prosqa_dfs(ex, paths=paths)) + "[EoR]\n### x",
+                    "extracted": ex.meta["answer_concept"], "correct": True} for ex in test]
+        got = prosqa_real.chains(trace, test, records, {ex.id: 1 for ex in test})
+        assert got["n"] == 4 and got["exact"] == 4 and got["answer_follows_search"] == 4, (trace, got)

@@ -175,34 +175,44 @@ def prosqa_options_backward(example: Example) -> list[str]:
     return steps
 
 
+def question_order_children(example: Example) -> dict[str, list[str]]:
+    """Each concept's (and entity's) children in a ProsQA example, in the order the question states their
+    facts (a fact the question does not state goes last): the order ``dfs`` searches in."""
+    symbols, edges, _, _, _ = _graph(example)
+    question = example.question
+    children: dict[int, list[int]] = {}
+    for a, b in map(tuple, edges):
+        children.setdefault(a, []).append(b)
+    for a, kids in children.items():
+        kids.sort(key=lambda b: (question.find(_fact(symbols, a, b)) % (len(question) + 1), b))
+    return {symbols[a]: [symbols[b] for b in kids] for a, kids in children.items()}
+
+
 def prosqa_dfs(example: Example, paths: bool = False) -> list[str]:
     """The depth-first search from the asked entity to the first option it reaches (module doc): facts and
     ``Back to <parent>.`` steps, or with ``paths`` the path to the current concept at every step. Children
     are taken in the order the question states their facts. :class:`DataError` when the search reaches the
     wrong option or no option."""
-    symbols, edges, root, target, neg = _graph(example)
-    question = example.question
-    children: dict[int, list[int]] = {}
-    for a, b in map(tuple, edges):
-        children.setdefault(a, []).append(b)
-    for a, kids in children.items():  # the question's order; a fact the question does not state goes last
-        kids.sort(key=lambda b: (question.find(_fact(symbols, a, b)) % (len(question) + 1), b))
-    seen, stack, steps = {root}, [root], []
+    symbols, _, root, target, neg = _graph(example)
+    children = question_order_children(example)
+    options = (symbols[target], symbols[neg])
+    seen, stack, steps = {symbols[root]}, [symbols[root]], []
     while stack:
         node = stack[-1]
-        if node in (target, neg):
-            if node == neg:
-                raise DataError(f"the search from {symbols[root]} reaches the wrong option {symbols[neg]}")
+        if node in options:
+            if node != options[0]:
+                raise DataError(f"the search from {symbols[root]} reaches the wrong option {node}")
             return steps
         nxt = next((c for c in children.get(node, ()) if c not in seen), None)
         if nxt is not None:
             seen.add(nxt)
             stack.append(nxt)
-            steps.append(" ".join(symbols[i] for i in stack) + "." if paths else _fact(symbols, node, nxt))
+            steps.append(" ".join(stack) + "." if paths else
+                         f"{node} is a {nxt}." if node[:1].isupper() else f"Every {node} is a {nxt}.")
         else:
             stack.pop()
             if stack:
-                steps.append(" ".join(symbols[i] for i in stack) + "." if paths else f"Back to {symbols[stack[-1]]}.")
+                steps.append(" ".join(stack) + "." if paths else f"Back to {stack[-1]}.")
     raise DataError(f"no option is reachable from {symbols[root]}")
 
 
