@@ -160,3 +160,27 @@ def test_bad_spec(backend):
         backend.generate(PROMPTS[:1], SamplingSpec(n=0))
     with pytest.raises(ConfigError):
         backend.generate(PROMPTS[:1], SamplingSpec(temperature=1.0, top_p=0.0))
+
+
+def test_generation_stops_at_a_learned_position_table(tmp_path, backend, caplog):
+    """A GPT-2 model has n_positions positions: a prompt plus max_new_tokens past them used to raise
+    IndexError in the position embedding (and crash a run's validation); now the budget is cut to the room
+    left, and a prompt that fills the table gets an empty completion, both ending with 'length'."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from anchored_reasoning.testing import train_tiny_tokenizer
+
+    tok = train_tiny_tokenizer(tmp_path, vocab_size=300)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).save_pretrained(tmp_path)
+    gpt2 = HFBackend(str(tmp_path), batch_size=4, device="cpu")
+    assert gpt2.max_positions() == 32 and backend.max_positions() is None  # the Llama model: rotary, no table
+    long, mid, short = Prompt("wumpus " * 40), Prompt("wumpus " * 4), Prompt("Tom")
+    n_mid = len(gpt2.encode(mid))
+    assert len(gpt2.encode(long)) >= 32 > n_mid
+    with caplog.at_level("WARNING"):
+        (a,), (b,), (c,) = gpt2.generate([long, mid, short], SamplingSpec(max_new_tokens=100))
+    assert (a.text, a.n_tokens, a.finish_reason) == ("", 0, "length")
+    assert 1 <= b.n_tokens <= 32 - n_mid and 1 <= c.n_tokens <= 32 - n_mid  # one batch: the longest prompt's room
+    assert "fill the model's 32 positions" in caplog.text and "cut to" in caplog.text

@@ -35,6 +35,13 @@ from anchored_reasoning.models.zoo import resolve_model
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
 
 log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
 
 _CHAT_MODES = {"auto": "auto", "on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
 
@@ -233,11 +240,25 @@ class HFBackend:
         # Longest first: similar lengths share a batch (less padding), and an out-of-memory shows up at once.
         rows.sort(key=lambda r: (-len(encoded[r[0]]), r))
         results: dict[tuple[int, int], Completion] = {}
+        limit = self.max_positions()
+        if limit is not None:  # a prompt that fills the position table leaves no room: an empty, cut completion
+            full = [r for r in rows if len(encoded[r[0]]) >= limit]
+            if full:
+                log.warning("%d prompt(s) of %d+ tokens fill the model's %d positions: nothing generated for them "
+                            "(finish_reason 'length')", len(full), min(len(encoded[r[0]]) for r in full), limit)
+            results.update((r, Completion(text="", n_tokens=0, seconds=0.0, finish_reason="length")) for r in full)
+            rows = [r for r in rows if r not in results]
         for start in range(0, len(rows), self.batch_size):
             batch = rows[start : start + self.batch_size]
             outs = self._generate_batch([encoded[pi] for pi, _ in batch], [si for _, si in batch], spec)
             results.update(zip(batch, outs))
         return per_prompt_samples(results, len(prompts), spec.n, shared=spec.greedy)
+
+    def max_positions(self) -> int | None:
+        """The length of a learned position table (GPT-2's ``n_positions``): generation cannot go past it. None
+        for models without one (rotary position models state a length they can run past)."""
+        value = getattr(getattr(self.model, "config", None), "n_positions", None)
+        return value if isinstance(value, int) and value > 0 else None
 
     def _generate_batch(self, ids: list[list[int]], sample_idx: list[int], spec: SamplingSpec) -> list[Completion]:
         import torch
@@ -252,8 +273,15 @@ class HFBackend:
         if not spec.greedy:
             seeds = [row_seed(spec.seed, x, s) for x, s in zip(ids, sample_idx)]
             processors.append(_SeededSampler(seeds, spec.temperature, spec.top_p, self.device))
+        budget = spec.max_new_tokens
+        limit = self.max_positions()
+        if limit is not None and width + budget > limit:  # past the position table the model cannot go
+            budget = limit - width  # >= 1: generate() keeps prompts that fill the table out of batches
+            _warn_once(f"max_new_tokens={spec.max_new_tokens} cut to {budget} for a batch whose longest prompt "
+                       f"has {width} tokens: the model has {limit} positions (such completions end with "
+                       "finish_reason 'length')")
         config = GenerationConfig(
-            max_new_tokens=spec.max_new_tokens,
+            max_new_tokens=budget,
             do_sample=False,  # sampling, when asked for, happens in _SeededSampler
             pad_token_id=pad,
             eos_token_id=self.eos_ids or None,
