@@ -38,9 +38,9 @@ log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
 
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
         log.warning(message)
 
 _CHAT_MODES = {"auto": "auto", "on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
@@ -277,9 +277,9 @@ class HFBackend:
         limit = self.max_positions()
         if limit is not None and width + budget > limit:  # past the position table the model cannot go
             budget = limit - width  # >= 1: generate() keeps prompts that fill the table out of batches
-            _warn_once(f"max_new_tokens={spec.max_new_tokens} cut to {budget} for a batch whose longest prompt "
-                       f"has {width} tokens: the model has {limit} positions (such completions end with "
-                       "finish_reason 'length')")
+            _warn_once(f"positions-{limit}", f"max_new_tokens={spec.max_new_tokens} is cut to the room the model's "
+                       f"{limit} positions leave a batch (here {budget}, its longest prompt having {width} tokens); "
+                       "completions cut there end with finish_reason 'length' (said once)")
         config = GenerationConfig(
             max_new_tokens=budget,
             do_sample=False,  # sampling, when asked for, happens in _SeededSampler
