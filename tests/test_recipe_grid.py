@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,7 +14,7 @@ SCRIPT = ROOT / "benchmarks" / "recipe_grid.sh"
 
 def _grid(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), str(tmp_path / "grid")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "DRY_RUN": "1", "SEEDS": "1", **env})
+                          env={**os.environ, "DRY_RUN": "1", "SEEDS": "1", "PYTHON": sys.executable, **env})
 
 
 def _recipe(log: Path) -> dict:
