@@ -145,11 +145,17 @@ _STEP = re.compile(r"^(?:Every )?(\S+) is an? (\S+?)\.?$")
 _CHAIN = re.compile(r"^[A-Za-z]+(?:\s+[A-Za-z]+)+$")
 
 
+def derivation_text(completion: str) -> str:
+    """The derivation part of a completion: the text before ``[EoR]`` / ``[EoA]`` / ``###`` (the answer that
+    follows is not a step)."""
+    return (completion or "").split("[EoR]")[0].split("[EoA]")[0].split("###")[0]
+
+
 def derivation_steps(text: str) -> list[tuple[str, str]]:
-    """(subject, object) of every "X is a Y." / "Every X is a Y." sentence of a derivation, read up to
-    ``[EoR]`` / ``[EoA]`` / ``###`` (the answer that follows is not a step). A derivation written as a
-    bare chain of nodes (the ``anchor_chain`` method: ``Tom terpus lempus``) gives its consecutive pairs."""
-    text = text.split("[EoR]")[0].split("[EoA]")[0].split("###")[0]
+    """(subject, object) of every "X is a Y." / "Every X is a Y." sentence of a derivation (:func:`derivation_text`).
+    A derivation written as a bare chain of nodes (the ``anchor_chain`` method: ``Tom terpus lempus``) gives its
+    consecutive pairs."""
+    text = derivation_text(text)
     steps = [m.groups() for m in (_STEP.match(s.strip()) for s in re.split(r"(?<=\.)\s+|\n", text)) if m]
     words = text.split()
     if not steps and _CHAIN.match(text.strip()) and not {"is", "a", "an", "Every"} & set(words):

@@ -26,7 +26,6 @@ from typing import Any, Iterable, Sequence
 
 from anchored_reasoning.types import Example
 
-_SENTENCE = re.compile(r"[^.]+\.")
 _DOWN = re.compile(r"(?:Every )?(\w+) is a (\w+)\.")
 _BACK = re.compile(r"Back to (\w+)\.")
 ERRORS = ("made_up", "revisit", "backed_up_early", "wrong_parent", "unparsed", "ran_on", "stopped_short")
@@ -57,12 +56,12 @@ def _moves(sentences: Sequence[str], stack: list[str], paths: bool):
 def replay(example: Example, completion: str, paths: bool = False) -> dict[str, Any]:
     """The model's search for one ProsQA problem (module doc): steps written, legal steps, the first error,
     the concept the search ended at, steps out of the question's order, and whether it equals the trace."""
-    from anchored_reasoning.generators.traces import prosqa_dfs, question_order_children
+    from anchored_reasoning.eval.probes import derivation_text
+    from anchored_reasoning.generators.traces import proof_sentences, prosqa_dfs, question_order_children
 
     children = question_order_children(example)
     entity, options = example.meta["entity"], (example.meta["answer_concept"], example.meta["neg_concept"])
-    text = (completion or "").split("###")[0].split("[EoR]")[0]
-    sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    sentences = proof_sentences(derivation_text(completion))
     stack, seen = [entity], {entity}
     legal, out_of_order, error = 0, 0, None
     for move in _moves(sentences, stack, paths):
