@@ -36,16 +36,29 @@ OUT = ROOT / "benchmarks" / "results" / "prontoqa_real_methods.json"
 MIRROR = ROOT / "benchmarks" / "results" / "prontoqa_mirror.json"
 
 
+def group_key(entry: dict[str, Any]) -> str:
+    """``<method>[_curriculum][_<label>]``: the runs of one method (seeds apart) in a grid's summary."""
+    parts = [entry["method"]] + (["curriculum"] if entry.get("curriculum") else []) + ([entry["label"]] if entry.get("label") else [])
+    return "_".join(parts)
+
+
 def entry_key(entry: dict[str, Any]) -> str:
     """``<method>[_curriculum][_<label>]_s<seed>``: a run with steps removed by a curriculum, or of a labelled
     grid, never replaces the recipe's plain run of the same method and seed."""
-    parts = [entry["method"]] + (["curriculum"] if entry.get("curriculum") else []) + ([entry["label"]] if entry.get("label") else [])
-    return "_".join(parts) + f"_s{entry['seed']}"
+    return f"{group_key(entry)}_s{entry['seed']}"
+
+
+def _pair(seed: int, mine: dict[str, int], theirs: dict[str, int]) -> dict[str, Any]:
+    """One seed's paired comparison (``prontoqa_mirror.paired_with``), the other side's count named as such."""
+    from prontoqa_mirror import paired_with
+
+    pair = paired_with({seed: mine}, {seed: theirs})
+    pair["only_second_right"] = pair.pop("only_cot_right")
+    return pair
 
 
 def grade_run(run: Path, mirror: dict[str, Any], label: str | None = None) -> dict[str, Any]:
     from anchored_reasoning.eval.runner import load_records
-    from prontoqa_mirror import paired_with
     from prosqa_real import _ci, last_validation
 
     config = json.loads((run / "run_config.json").read_text())
@@ -74,9 +87,7 @@ def grade_run(run: Path, mirror: dict[str, Any], label: str | None = None) -> di
         key = f"{other}_h5_2000_train2-3-4-5_std1800_s{seed}"
         theirs = (mirror.get(key) or {}).get("real_test", {}).get("_correct")
         if theirs:
-            pair = paired_with({seed: correct}, {seed: {k: int(v) for k, v in theirs.items()}})
-            pair["only_second_right"] = pair.pop("only_cot_right")
-            entry["paired"][f"{entry['method']} - {other} ({key})"] = pair
+            entry["paired"][f"{entry['method']} - {other} ({key})"] = _pair(seed, correct, {k: int(v) for k, v in theirs.items()})
     entry["_correct"] = correct
     return entry
 
@@ -91,15 +102,13 @@ def pair_within(results: dict[str, Any], label: str) -> dict[str, Any]:
     runs = {k: e for k, e in results.items() if e.get("label") == label and e.get("_correct")}
     by_method: dict[str, dict[int, dict[str, int]]] = {}
     for e in runs.values():
-        by_method.setdefault(entry_key({**e, "seed": 0})[: -len("_s0")], {})[e["seed"]] = e["_correct"]
+        by_method.setdefault(group_key(e), {})[e["seed"]] = e["_correct"]
     base = {m: f"{m}_{label}" for m in ("cot", "anchor_chain")}
     for e in runs.values():
         for other, group in base.items():
             theirs = by_method.get(group, {}).get(e["seed"])
             if theirs is not None and e["method"] != other:
-                pair = paired_with({e["seed"]: e["_correct"]}, {e["seed"]: theirs})
-                pair["only_second_right"] = pair.pop("only_cot_right")
-                e["paired"][f"{e['method']} - {other} ({label}, seed {e['seed']})"] = pair
+                e["paired"][f"{e['method']} - {other} ({label}, seed {e['seed']})"] = _pair(e["seed"], e["_correct"], theirs)
     summary: dict[str, Any] = {}
     for group, seeds in sorted(by_method.items()):
         pooled = [float(v) for s in sorted(seeds) for v in seeds[s].values()]
