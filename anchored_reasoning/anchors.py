@@ -99,14 +99,21 @@ def singular(word: str) -> str:
     return word
 
 
+_BACK_UP = re.compile(r"Back to \w+\.")
+
+
 def logic_nodes(steps: Sequence[str]) -> list[str]:
     """Ordered distinct nodes (entities, concepts, properties) of a ProntoQA/ProsQA trace.
 
-    Entities keep their capital (``Tom``); concepts are lower-cased and singular (``terpus``).
+    Entities keep their capital (``Tom``); concepts are lower-cased and singular (``terpus``). A search's
+    back-up step (``Back to terpus.``, the ``dfs`` trace of :mod:`anchored_reasoning.generators.traces`)
+    names a node already visited and adds none, so the nodes of a written search are those it visited.
     """
     found: list[str] = []
     for step in steps:
         for sentence in re.split(r"(?<=[.!?])\s+", step):
+            if _BACK_UP.fullmatch(sentence.strip()):
+                continue
             words = _WORD.findall(sentence)
             for i, word in enumerate(words):
                 if word.lower() in LOGIC_STOPWORDS:

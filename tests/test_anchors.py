@@ -92,6 +92,15 @@ def test_logic_plural_sentence_start_is_a_concept_not_an_entity():
     assert logic_anchors(["Stella is a zumpus. Zumpuses are gorpuses."]) == ["Stella", "zumpus", "gorpus"]
 
 
+def test_a_written_search_anchors_on_the_concepts_it_visited():
+    """The dfs trace's back-up steps name visited nodes: no "back" anchor, no repeat."""
+    steps = ["Carol is a rompus.", "Every rompus is a jompus.", "Every jompus is a zhorpus.", "Back to jompus.",
+             "Back to rompus.", "Every rompus is a tumpus."]
+    assert logic_anchors(steps, None) == ["Carol", "rompus", "jompus", "zhorpus", "tumpus"]
+    assert logic_anchors(["Carol is a rompus. Every rompus is a lempus. Back to rompus. Every rompus is a tumpus."]) == [
+        "Carol", "rompus", "lempus", "tumpus"]
+
+
 # ------------------------------------------------------------------------ generic rule
 
 
