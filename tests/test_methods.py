@@ -248,6 +248,19 @@ def test_calculation_steps_for_gsm8k():
         get_method("cot", style="trained", step_format="latex")
 
 
+def test_step_separator_joins_the_kept_steps_and_survives_the_checkpoint_options():
+    """step_separator=" " writes the steps the way the logic backbones were pretrained (space-joined); the
+    option is in ``options`` (what a checkpoint records), so evaluation rebuilds the same method."""
+    spaced = get_method("acot", style="trained", k=2, remove_steps_per_stage=1, step_separator=" ").with_stage(0)
+    r = spaced.render(prosqa_example(), "prosqa")
+    plain = get_method("acot", style="trained", k=2, remove_steps_per_stage=1).with_stage(0).render(prosqa_example(), "prosqa")
+    assert r.target == plain.target.replace(".\n", ". ", len(prosqa_example().steps) - 1)
+    assert "\n" not in r.target.split(EOR)[0] and r.prompt == plain.prompt
+    assert get_method("acot", style="trained", **spaced.options).render(prosqa_example(), "prosqa") == r
+    with pytest.raises(ConfigError, match="step_separator"):
+        get_method("cot", style="trained", step_separator=" | ")
+
+
 # ------------------------------------------------------------------------ answer lines and graders
 
 

@@ -5,7 +5,7 @@ One render path serves training and evaluation: :meth:`TrainedMethod.render` giv
 ``Prompt(render(...).prompt)``. The layout (``shared/PAPERS.md`` section 2)::
 
     prompt = question "\\n" [slots] ["[BoR]"]
-    target = [remaining steps joined by "\\n"  "[EoR]" "\\n"] answer line      (+ EOS by the trainer)
+    target = [remaining steps joined by "\\n" (or " ", step_separator)  "[EoR]" "\\n"] answer line   (+ EOS by the trainer)
 
     nocot     slots = none, no [BoR]; target = answer line
     cot       slots = none;           target = all steps [EoR] answer line
@@ -50,6 +50,7 @@ SPECIAL_TOKENS = [BOA, ANT, EOA, BOR, EOR, PAUSE]
 
 #: How steps are written: the example's text, or GSM8K's calculator annotations only.
 STEP_FORMATS = ("text", "calculations")
+STEP_SEPARATORS = ("\n", " ")
 
 GSM8K_ANSWER_PREFIX = "#### "
 ANSWER_PREFIX = "### "
@@ -154,8 +155,14 @@ class TrainedMethod:
     final_stage_removes_all: bool = True
     stage: int | None = None
     step_format: str = "text"
+    #: what joins the kept steps in the target: a newline, or a space to match a backbone pretrained on
+    #: steps joined by spaces (``train.backbone``'s documents; the demo sets it for ``logic-gpt2-search``)
+    step_separator: str = "\n"
 
     def __post_init__(self) -> None:
+        if self.step_separator not in STEP_SEPARATORS:
+            raise ConfigError(f"method {self.name}: option step_separator must be a newline or a space, "
+                              f"got {self.step_separator!r}")
         if self.step_format not in STEP_FORMATS:
             raise ConfigError(
                 f"method {self.name}: option step_format must be one of {', '.join(STEP_FORMATS)}, got {self.step_format!r}"
@@ -243,7 +250,7 @@ class TrainedMethod:
         if self.reasons:
             prompt += BOR
             kept = steps[self.num_removed(len(steps)):]
-            target = "\n".join(kept) + EOR + "\n" + final
+            target = self.step_separator.join(kept) + EOR + "\n" + final
         else:
             target = final
         anchors: list[str] = []
