@@ -36,6 +36,14 @@ def _concept(steps: list[str]) -> str:
     return steps[-1].split(" is a ")[-1].rstrip(".") if steps else ""
 
 
+def _answer(text: str) -> str:
+    """The concept after ``###`` (the pretraining format's answer), or ''."""
+    if "###" not in text:
+        return ""
+    words = text.split("###", 1)[1].strip().split("\n")[0].rstrip(".").split()
+    return words[-1] if words else ""
+
+
 def branch_choice(rows: list[tuple[dict[str, set[str]], list[tuple[str, str]], str, str]]) -> dict:
     """The first step's branch against the asked entity's number of children (1, 2, 3+): how often the
     child it names still reaches the answer, beside what picking a child at random would score (the share
@@ -66,41 +74,77 @@ def generate(backend, prompts: list[str], max_new_tokens: int = 64) -> list[str]
     return [samples[0].text for samples in outs]
 
 
-def probe(model_dir: str, hops: list[int], n: int, seed: int) -> dict:
+def probe_set(backend, held: list, max_new_tokens: int = 64) -> dict:
+    """Every figure of the module doc on one list of ProsQA problems (shares of ``len(held)``; problems the
+    binding probe cannot swap -- possible only in hand-made data -- are left out)."""
+    from anchored_reasoning.eval.probes import SWAP_SUFFIX, binding_probe_examples, chain_check, derivation_steps, prosqa_children
+    from anchored_reasoning.eval.metrics import mean_ci
+    from anchored_reasoning.eval.search_probe import replay
+
+    swapped = {e.id[: -len(SWAP_SUFFIX)]: e for e in binding_probe_examples(held)}
+    held = [e for e in held if e.id in swapped]
+    n = len(held)
+    texts = generate(backend, [e.question for e in held], max_new_tokens)
+    swapped_texts = generate(backend, [swapped[e.id].question for e in held], max_new_tokens)
+    row = {"entity_first": 0, "first_step_is_a_fact": 0, "all_steps_are_facts": 0, "ends_at_an_option": 0,
+           "right": 0, "same_under_swap": 0, "answer_right": 0, "answer_flips": 0}
+    branches, errors, branch_steps, searches, right = [], {}, {}, {}, []
+    for e, t, ts in zip(held, texts, swapped_texts):
+        facts = {f.strip() + "." for f in e.question[: e.question.rfind(" Is ")].split(".") if f.strip()}
+        steps = _steps(t)
+        row["entity_first"] += bool(steps) and steps[0].startswith(e.meta["entity"] + " ")
+        row["first_step_is_a_fact"] += bool(steps) and steps[0] in facts
+        row["all_steps_are_facts"] += bool(steps) and all(s in facts for s in steps)
+        row["ends_at_an_option"] += _concept(steps) in (e.meta["answer_concept"], e.meta["neg_concept"])
+        row["right"] += _concept(steps) == e.meta["answer_concept"]
+        row["same_under_swap"] += bool(_concept(steps)) and _concept(steps) == _concept(_steps(ts))
+        options = (e.meta["answer_concept"], e.meta["neg_concept"])
+        right.append(float(_answer(t) == options[0]))
+        row["answer_right"] += _answer(t) == options[0]
+        row["answer_flips"] += _answer(t) in options and _answer(ts) in options and _answer(t) != _answer(ts)
+        kind = replay(e, t)["first_error"]  # read as a written search (the ``search`` corpus's format)
+        searches[kind] = searches.get(kind, 0) + 1
+        branches.append((prosqa_children(e), derivation_steps(t), e.meta["entity"], e.meta["answer_concept"]))
+        check = chain_check(e, t)
+        kind = check["first_error"] or "right_walk"
+        errors[kind] = errors.get(kind, 0) + 1
+        if kind == "wrong_branch":
+            branch_steps[str(check["error_step"])] = branch_steps.get(str(check["error_step"]), 0) + 1
+    res = {k: v / max(n, 1) for k, v in row.items()}
+    res["n"] = n
+    ci = mean_ci(right)
+    res["answer_right_ci95"] = [ci["ci_low"], ci["ci_high"]]
+    res["by_entity_children"] = branch_choice(branches)
+    res["first_error"] = {k: v / max(n, 1) for k, v in sorted(errors.items())}
+    res["wrong_branch_at_step"] = dict(sorted(branch_steps.items()))  # counts, by 1-based step
+    res["search_first_error"] = {k: v / max(n, 1) for k, v in sorted(searches.items())}
+    res["example"] = texts[0][:160] if texts else ""
+    return res
+
+
+def probe(model_dir: str, hops: list[int], n: int, seed: int, max_new_tokens: int = 64) -> dict:
+    """:func:`probe_set` on ``n`` held-out ladder problems of each depth in ``hops``."""
     from anchored_reasoning.backends import get_backend
-    from anchored_reasoning.eval.probes import binding_probe_examples, chain_check, derivation_steps, prosqa_children
     from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
 
     backend = get_backend("hf", model_dir, batch_size=32, device="cpu")
-    res = {}
-    for h in hops:
-        held = generate_dataset(n, seed=seed + h, split="probe", **ladder_size(h))
-        swapped = binding_probe_examples(held)
-        texts, swapped_texts = generate(backend, [e.question for e in held]), generate(backend, [e.question for e in swapped])
-        row = {"entity_first": 0, "first_step_is_a_fact": 0, "all_steps_are_facts": 0, "ends_at_an_option": 0,
-               "right": 0, "same_under_swap": 0}
-        branches, errors, branch_steps = [], {}, {}
-        for e, t, ts in zip(held, texts, swapped_texts):
-            facts = {f.strip() + "." for f in e.question[: e.question.rfind(" Is ")].split(".") if f.strip()}
-            steps = _steps(t)
-            row["entity_first"] += bool(steps) and steps[0].startswith(e.meta["entity"] + " ")
-            row["first_step_is_a_fact"] += bool(steps) and steps[0] in facts
-            row["all_steps_are_facts"] += bool(steps) and all(s in facts for s in steps)
-            row["ends_at_an_option"] += _concept(steps) in (e.meta["answer_concept"], e.meta["neg_concept"])
-            row["right"] += _concept(steps) == e.meta["answer_concept"]
-            row["same_under_swap"] += bool(_concept(steps)) and _concept(steps) == _concept(_steps(ts))
-            branches.append((prosqa_children(e), derivation_steps(t), e.meta["entity"], e.meta["answer_concept"]))
-            check = chain_check(e, t)
-            kind = check["first_error"] or "right_walk"
-            errors[kind] = errors.get(kind, 0) + 1
-            if kind == "wrong_branch":
-                branch_steps[str(check["error_step"])] = branch_steps.get(str(check["error_step"]), 0) + 1
-        res[str(h)] = {k: v / n for k, v in row.items()}
-        res[str(h)]["by_entity_children"] = branch_choice(branches)
-        res[str(h)]["first_error"] = {k: v / n for k, v in sorted(errors.items())}
-        res[str(h)]["wrong_branch_at_step"] = dict(sorted(branch_steps.items()))  # counts, by 1-based step
-        res[str(h)]["example"] = texts[0][:160]
-    return res
+    return {str(h): probe_set(backend, generate_dataset(n, seed=seed + h, split="probe", **ladder_size(h)), max_new_tokens)
+            for h in hops}
+
+
+def probe_real(model_dir: str, limit: int | None = None, max_new_tokens: int = 256) -> dict:
+    """:func:`probe_set` on the real ProsQA test split (``$ANCHORED_REASONING_DATA`` or the Hub), all of it and by
+    answer depth, with a 95% interval on the answer's accuracy."""
+    from anchored_reasoning.backends import get_backend
+    from anchored_reasoning.eval.probes import hops_of
+    from anchored_reasoning.tasks import get_task
+
+    backend = get_backend("hf", model_dir, batch_size=32, device="cpu")
+    test = list(get_task("prosqa").load("test", limit=limit))
+    out = {"all": probe_set(backend, test, max_new_tokens)}
+    for h in sorted({hops_of(e) for e in test}):
+        out[str(h)] = probe_set(backend, [e for e in test if hops_of(e) == h], max_new_tokens)
+    return out
 
 
 def main(argv=None) -> int:
@@ -110,6 +154,9 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=100, help="held-out problems per depth")
     p.add_argument("--seed", type=int, default=4242)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="per continuation (a written search needs ~128 at 4 hops)")
+    p.add_argument("--real", type=int, default=0, metavar="N",
+                   help="also the first N problems of the real ProsQA test split (-1: all 500), by answer depth")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "backbone_probe.json"))
     a = p.parse_args(argv)
     import torch
@@ -121,15 +168,21 @@ def main(argv=None) -> int:
         info = json.loads(info_file.read_text())
         model_info = {k: info.get(k) for k in ("steps", "tokens", "train_seconds", "held_out_derivation_loss", "init_from")}
         model_info["corpus"] = (info.get("corpus") or {}).get("kind")
-    result = {"model": a.model, "model_info": model_info, "by_hops": probe(a.model, a.hops, a.n, a.seed),
-              "chance": {"right": 0.5, "same_under_swap": "1.0 for a model that ignores the entity, 0.0 for one that reads it"},
+    result = {"model": a.model, "model_info": model_info, "by_hops": probe(a.model, a.hops, a.n, a.seed, a.max_new_tokens),
+              **({"real_test": probe_real(a.model, None if a.real < 0 else a.real, max(a.max_new_tokens, 256))}
+                 if a.real else {}),
+              "chance": {"right": 0.5, "answer_right": 0.5,
+                         "same_under_swap": "1.0 for a model that ignores the entity, 0.0 for one that reads it",
+                         "answer_flips": "1.0 for a model that reads the entity (the answer after ###)"},
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": {"platform": platform.platform(), "torch_threads": a.threads},
               "command": "python benchmarks/backbone_probe.py " + " ".join(sys.argv[1:])}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
-    for h, r in result["by_hops"].items():
-        print(h, {k: round(v, 2) for k, v in r.items() if k not in ("example", "by_entity_children", "first_error", "wrong_branch_at_step")})
+    rows = [*result["by_hops"].items(), *((f"real {h}", r) for h, r in result.get("real_test", {}).items())]
+    for h, r in rows:
+        print(h, {k: round(v, 2) for k, v in r.items() if isinstance(v, (int, float))})
+        print("  as a search, first error:", {k: round(v, 2) for k, v in r["search_first_error"].items()})
         print("  first error:", {k: round(v, 2) for k, v in r["first_error"].items()}, "wrong branch at step:",
               r["wrong_branch_at_step"])
         for k, b in r["by_entity_children"].items():

@@ -178,6 +178,24 @@ def test_shipped_shift_backbone_looks_facts_up_and_reads_the_entity():
     assert plain["1"]["same_under_swap"] >= 0.5
 
 
+def test_shipped_search_backbone_searches_and_reads_the_entity_at_every_depth():
+    """logic-gpt2-search zero-shot (benchmarks/backbone_probe.py, the committed probe's problems): it writes the
+    search from the asked entity and its answer is right and flips with the asked entity on >= 90% of the
+    held-out problems at 1, 2 and 3 hops (issue 10, item 1's bar; backbone_probe_search.json)."""
+    import sys
+
+    from anchored_reasoning.models.zoo import resolve_model
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import backbone_probe
+
+    got = backbone_probe.probe(resolve_model("logic-gpt2-search"), [1, 2, 3], 100, 4242, max_new_tokens=160)
+    for h, r in got.items():
+        assert r["entity_first"] == 1.0, h
+        assert r["answer_right"] >= 0.9 and r["answer_flips"] >= 0.9, (h, r["answer_right"], r["answer_flips"])
+        assert r["search_first_error"].get("none", 0.0) >= 0.8, (h, r["search_first_error"])
+
+
 def test_probe_branch_choice_on_a_hand_built_graph():
     """backbone_probe's branch breakdown on a graph known by hand: Tom -> a -> x (the answer),
     Tom -> b -> c (a dead end), Tom -> d -> y (the other option)."""
@@ -225,6 +243,39 @@ def test_backward_corpus_walks_back_from_the_options_and_drills_reverse_lookups(
     assert seen["prosqa_back"] >= 100 and seen["rdrill"] >= 200
     with pytest.raises(ValueError, match="mixture must be"):
         backbone.qa_corpus(10, mixture="backwards")
+
+
+def test_search_corpus_writes_prosqa_as_the_depth_first_search():
+    """corpus="search": ProsQA derivations are the dfs trace -- steps down along facts of the question from the
+    asked entity, ``Back to <parent>.`` at dead ends, ending at the answer -- beside ProntoQA and drills; no
+    forward proof."""
+    corpus = backbone.qa_corpus(300, seed=5, mixture="search")
+    assert corpus == backbone.qa_corpus(300, seed=5, mixture="search")
+    assert {t for t, _ in corpus} == {"prosqa_dfs", "prontoqa", "drill"}
+    backed = 0
+    for task, doc in corpus:
+        if task != "prosqa_dfs":
+            continue
+        head, tail = doc.split("\n", 1)
+        entity, right, wrong = re.search(r"Is (\w+) a (\w+) or (\w+)\?", head).groups()
+        facts = {f.strip() + "." for f in head.split("?")[0].split(".") if f.strip() and not f.strip().startswith("Is ")}
+        search, answer = tail.rsplit(" ### ", 1)
+        path = [entity]
+        for sentence in _sentences(search):
+            back = re.fullmatch(r"Back to (\w+)\.", sentence)
+            if back:
+                path.pop()
+                assert path[-1] == back.group(1)
+                backed += 1
+                continue
+            assert sentence in facts
+            subject, obj = re.fullmatch(r"(?:Every )?(\w+) is a (\w+)\.", sentence).groups()
+            assert subject == path[-1] and obj not in path
+            path.append(obj)
+        assert path[-1] in (right, wrong) and answer == f"{entity} is a {path[-1]}."
+    assert backed > 0
+    with pytest.raises(ValueError, match="corpus_kind must be"):
+        backbone.pretrain(Path("unused"), corpus_kind="dfs")
 
 
 def test_reverse_lookup_probe_grades_both_directions():

@@ -146,6 +146,7 @@ def _materialize_smollm2() -> str:
 ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
 LOGIC_BACKBONE_DIR = ASSETS_DIR / "logic-gpt2"
 LOGIC_SHIFT_DIR = ASSETS_DIR / "logic-gpt2-shift"
+LOGIC_SEARCH_DIR = ASSETS_DIR / "logic-gpt2-search"
 LOGIC_DIFFUSION_DIRS = {"logic-mdlm": ASSETS_DIR / "logic-mdlm", "logic-adlm": ASSETS_DIR / "logic-adlm"}
 
 
@@ -153,7 +154,8 @@ def _shipped(folder: Path, rebuild: str) -> Callable[[], str]:
     """A materializer for a model shipped inside the package: its folder, or an error naming the rebuild command."""
     def materialize() -> str:
         if not (folder / "model.safetensors").is_file():
-            raise ConfigError(f"the {folder.name} backbone is missing from {folder}; rebuild it with: {rebuild} --out {folder}")
+            command = rebuild.format(out=folder) if "{out}" in rebuild else f"{rebuild} --out {folder}"
+            raise ConfigError(f"the {folder.name} backbone is missing from {folder}; rebuild it with: {command}")
         return str(folder)
     return materialize
 
@@ -201,6 +203,15 @@ ALIASES: dict[str, ModelAlias] = {
         "shipped in the package",
         _shipped(LOGIC_SHIFT_DIR, "python -m anchored_reasoning.train.backbone --token-shift 3 --corpus questions "
                                   "--init-from anchored_reasoning/assets/logic-gpt2"),
+    ),
+    "logic-gpt2-search": ModelAlias(
+        "logic-gpt2-search",
+        "logic-gpt2-shift pretrained further on ProsQA written as a depth-first search from the asked entity "
+        "(the dfs trace), ProntoQA and lookup drills: it writes the search zero-shot; shipped in the package, "
+        "the demo's default",
+        _shipped(LOGIC_SEARCH_DIR, "python -m anchored_reasoning.train.backbone --corpus search --minutes 30 --seed 5 "
+                                   "--init-from anchored_reasoning/assets/logic-gpt2-shift --out runs/search1, then "
+                                   "--corpus search --minutes 40 --seed 6 --init-from runs/search1 --out {out}"),
     ),
     **{name: ModelAlias(
         name,
