@@ -10,8 +10,12 @@ What it does, offline:
    right one (``neg_depth="match"``), equal shares per depth -- training and held-out problems
    from different seeds, held-out questions that also occur in training removed. The surface-rule
    baselines of :mod:`anchored_reasoning.generators.shortcuts` are scored on the held-out
-   problems and written beside the results (all near 0.5);
-2. fine-tunes the shipped ``logic-gpt2-shift`` backbone once per method, each for the same wall-clock
+   problems and written beside the results (all near 0.5). The training problems' reasoning is written
+   as the depth-first search from the asked entity (``--trace dfs``, the default: look-ups forward only,
+   ``Back to <parent>.`` at a dead end) or as the dataset's proof (``--trace forward``, whose first step
+   already needs look-ahead);
+2. fine-tunes the shipped ``logic-gpt2-search`` backbone (``logic-gpt2-shift`` pretrained further on
+   problems written as the search) once per method, each for the same wall-clock
    budget (``--backbone none``: a 2-layer GPT-2 from scratch); ACoT and pause follow the paper's
    curriculum (one more slot and one reasoning step fewer per stage), scaled to the budget;
 3. evaluates each checkpoint through the evaluation runner (HF backend, greedy) on the held-out
@@ -67,13 +71,20 @@ class DemoSettings:
     hops: list[int] = field(default_factory=lambda: list(DEMO_HOPS))
     size: dict[str, Any] | None = None
     probe: bool = True
+    #: how the training problems' reasoning is written (``generators.traces.TRACE_ORDERS``): ``dfs``, the
+    #: depth-first search from the asked entity, needs forward look-ups only; ``forward`` (the dataset's
+    #: proof) needs look-ahead from its first step, which no method learned in the demo's budget (session 22)
+    trace: str = "dfs"
+    #: what joins a trace's steps in the training targets: a space, as in the shipped logic backbones'
+    #: pretraining documents (``train.backbone``), so fine-tuning keeps the format the backbone knows
+    step_separator: str = " "
     #: Model every method fine-tunes: a checkpoint, alias or Hub id (default: the shipped
-    #: ``logic-gpt2-shift`` backbone); None trains ``preset`` from scratch with a tokenizer trained here.
-    backbone: str | None = "logic-gpt2-shift"
+    #: ``logic-gpt2-search`` backbone); None trains ``preset`` from scratch with a tokenizer trained here.
+    backbone: str | None = "logic-gpt2-search"
     preset: str = "gpt2-tiny"
     learning_rate: float = 1e-3
     batch_size: int = 32
-    max_new_tokens: int = 64
+    max_new_tokens: int = 128
     real_max_new_tokens: int = 128
     threads: int | None = None
     #: methods trained at once, one process each (with ``threads`` torch threads): a CPU with two cores
@@ -100,6 +111,7 @@ def _sizes(settings: DemoSettings) -> list[dict[str, Any]]:
 def make_data(settings: DemoSettings) -> tuple[list, list]:
     """(training problems, held-out problems): equal shares of every size, held-out questions unseen in training."""
     from anchored_reasoning.generators.prosqa import generate_dataset
+    from anchored_reasoning.generators.traces import apply_trace
 
     sizes = _sizes(settings)
     train: list = []
@@ -107,6 +119,7 @@ def make_data(settings: DemoSettings) -> tuple[list, list]:
         n = settings.train_n // len(sizes) + (1 if i < settings.train_n % len(sizes) else 0)
         train += generate_dataset(n, seed=settings.seed * 100 + i, split=f"demo-train{i}", **size)
     random.Random(settings.seed).shuffle(train)
+    train = apply_trace(train, "prosqa", settings.trace)
     seen = {ex.question for ex in train}
     held: list = []
     for i, size in enumerate(sizes):
@@ -187,7 +200,8 @@ def method_recipe(
         "seed": settings.seed,
         "output_dir": str(out_dir),
         "model": model,
-        "method": {"name": name, "options": dict(METHOD_OPTIONS.get(name, {}) if options is None else options)},
+        "method": {"name": name, "options": ({**METHOD_OPTIONS.get(name, {}), "step_separator": settings.step_separator}
+                                             if options is None else dict(options))},
         "training": {
             "max_steps": 1_000_000,  # the time budget stops training
             "max_train_seconds": float(train_seconds),
@@ -361,7 +375,8 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
         "scale": {
             "problems": (f"generated ProsQA, generator size {settings.size}" if settings.size else
                          f"generated ProsQA, {', '.join(map(str, settings.hops))}-hop ladder sizes "
-                         "(wrong option as deep as the answer), equal shares"),
+                         "(wrong option as deep as the answer), equal shares")
+                         + ("" if settings.trace == "forward" else f"; reasoning written as the {settings.trace} trace"),
             "model": (f"{settings.backbone} fine-tuned" if settings.backbone
                       else f"{settings.preset} from scratch (see anchored_reasoning.train.ar.MODEL_PRESETS)"),
             "train_seconds_per_method": round(train_seconds, 1),

@@ -121,7 +121,7 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
     run_dir = Path(args.work) / task / method / f"seed{seed}"
     ckpt = run_dir / "model"
     settings = demo.DemoSettings(seed=seed, backbone=_backbone(args), preset=args.preset, learning_rate=args.lr,
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, trace="forward", step_separator="\n")
     recipe = demo.method_recipe(method, settings, tokenizer, ckpt, args.train_seconds, task=task,
                                 options=OPTIONS[task][method])
     recipe["training"]["max_length"] = 512 if _backbone(args) else 1024  # the backbone has 512 positions

@@ -102,7 +102,7 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     run_dir = Path(args.work) / label / f"seed{seed}"
     ckpt = run_dir / "model"
     settings = demo.DemoSettings(seed=seed, backbone=demo.parse_backbone(args.backbone), learning_rate=args.lr,
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, trace="forward", step_separator="\n")
     if "k" in options and args.tokens_per_anchor != 1:  # the slot methods: whole anchors, equal slots
         options = {**options, "tokens_per_anchor": args.tokens_per_anchor}
     recipe = demo.method_recipe(name, settings, None, ckpt, 0.0, options=options)
@@ -242,7 +242,8 @@ def ladder_problems(hops: list[int], eval_n: int, train_n: int) -> tuple[list, l
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import hops_of
 
-    settings = demo.DemoSettings(seed=0, train_n=train_n, eval_n=eval_n * len(hops), hops=hops)
+    # the ladder's committed runs train on the dataset's proof, steps on lines (the demo's defaults changed later)
+    settings = demo.DemoSettings(seed=0, train_n=train_n, eval_n=eval_n * len(hops), hops=hops, trace="forward")
     train, held = demo.make_data(settings)
     return train, held, {ex.id: hops_of(ex) for ex in held}
 

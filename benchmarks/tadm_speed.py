@@ -255,7 +255,7 @@ def prosqa_phase(args) -> dict:
     from anchored_reasoning.eval.runner import build_method
 
     settings = DemoSettings(seed=args.prosqa_seed, train_n=args.prosqa_train_n, eval_n=args.prosqa_eval_n,
-                            real_n=args.prosqa_real_n)
+                            real_n=args.prosqa_real_n, trace="forward")
     # The trainers draw the same training problems (same generator, seed and size); make_data draws
     # the held-out ones from other seeds and drops any question that also occurs in training.
     train, held = make_data(settings)

@@ -60,7 +60,8 @@ def test_demo_runs_end_to_end_at_a_tiny_budget(tmp_path, monkeypatch, capsys):
 
 def test_method_recipe_fine_tunes_the_backbone_or_trains_from_scratch(tmp_path):
     on = demo.method_recipe("acot", demo.DemoSettings(), None, tmp_path / "a", 10.0)
-    assert on["model"] == {"name": "logic-gpt2-shift"}
+    assert on["model"] == {"name": "logic-gpt2-search"}
+    assert on["method"]["options"] == {"k": 3, "remove_steps_per_stage": 1, "step_separator": " "}
     off = demo.method_recipe("acot", demo.DemoSettings(backbone=None), tmp_path / "tok", tmp_path / "b", 10.0)
     assert off["model"] == {"preset": "gpt2-tiny", "tokenizer": str(tmp_path / "tok")}
     with pytest.raises(ValueError):
@@ -97,3 +98,19 @@ def test_binding_line_gives_the_flips_at_the_shallowest_and_deepest_depth():
     line = next(x for x in lines if x.startswith("Binding probe"))
     assert "at 1 hop: nocot 0.85, cot 0.95" in line and "at 3 hops: nocot 0.12, cot 0.30" in line
     assert "no method reads the asked entity reliably" in line
+
+
+def test_demo_trains_on_the_written_search_and_holds_out_plain_problems():
+    """The default trace writes the training problems' reasoning as the depth-first search (with back-ups);
+    ``trace="forward"`` keeps the dataset's proof. Held-out problems are the same either way."""
+    from anchored_reasoning.generators.traces import prosqa_dfs
+
+    train, held = demo.make_data(demo.DemoSettings(train_n=60, eval_n=6))
+    assert all(ex.meta["trace"] == "dfs" for ex in train)
+    assert any(s.startswith("Back to ") for ex in train for s in ex.steps)
+    assert all(ex.steps[0].startswith(ex.meta["entity"] + " is a ") for ex in train)
+    plain, held_plain = demo.make_data(demo.DemoSettings(train_n=60, eval_n=6, trace="forward"))
+    assert [ex.question for ex in plain] == [ex.question for ex in train]
+    assert all(ex.steps == prosqa_dfs(p) for ex, p in zip(train, plain))
+    assert not any(s.startswith("Back to ") for ex in plain for s in ex.steps)
+    assert [(ex.question, ex.steps) for ex in held] == [(ex.question, ex.steps) for ex in held_plain]

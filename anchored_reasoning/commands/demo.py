@@ -23,12 +23,15 @@ def register(subparsers) -> None:
     p.add_argument("--train-n", type=int, default=20000, help="generated training problems (default 20000)")
     p.add_argument("--eval-n", type=int, default=240, help="held-out generated problems, split over the depths (default 240)")
     p.add_argument("--hops", default="1,2,3", help="answer depths of the problems (ladder sizes; default 1,2,3)")
+    p.add_argument("--trace", default="dfs", choices=["forward", "dfs", "dfs_paths"],
+                   help="how the training problems' reasoning is written: the depth-first search from the asked entity "
+                        "(dfs, default; dfs_paths writes the path so far at each step) or the dataset's proof (forward)")
     p.add_argument("--no-probe", action="store_true", help="skip the binding probe (the problems asked about the other entity)")
     p.add_argument("--real-n", type=int, default=0,
                    help="also evaluate on the first N real ProsQA test problems when $ANCHORED_REASONING_DATA is set (default 0)")
-    p.add_argument("--backbone", default="logic-gpt2-shift",
+    p.add_argument("--backbone", default="logic-gpt2-search",
                    help="model every method fine-tunes: alias, checkpoint folder or Hub id (default: the shipped "
-                        "logic-gpt2-shift, the logic backbone with a token shift); 'none' trains a 2-layer GPT-2 from scratch instead")
+                        "logic-gpt2-search, the token-shift logic backbone pretrained on problems written as the search); 'none' trains a 2-layer GPT-2 from scratch instead")
     p.add_argument("--workers", type=int, default=None,
                    help="methods trained at once, one process each (default: one per core, at most one per method)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a 0.9M model trains faster on one thread than on two)")
@@ -45,6 +48,7 @@ def main(args: argparse.Namespace) -> int:
         real_n=args.real_n,
         hops=[int(h) for h in args.hops.split(",") if h.strip()],
         probe=not args.no_probe,
+        trace=args.trace,
         threads=args.threads,
         workers=args.workers,
         backbone=parse_backbone(args.backbone),
