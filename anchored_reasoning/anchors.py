@@ -26,6 +26,7 @@ import re
 from typing import Callable, Hashable, Iterable, Sequence, TypeVar
 
 from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.generators.traces import BACK_UP
 from anchored_reasoning.types import Example
 
 T = TypeVar("T", bound=Hashable)
@@ -99,9 +100,6 @@ def singular(word: str) -> str:
     return word
 
 
-_BACK_UP = re.compile(r"Back to \w+\.")
-
-
 def logic_nodes(steps: Sequence[str]) -> list[str]:
     """Ordered distinct nodes (entities, concepts, properties) of a ProntoQA/ProsQA trace.
 
@@ -112,7 +110,7 @@ def logic_nodes(steps: Sequence[str]) -> list[str]:
     found: list[str] = []
     for step in steps:
         for sentence in re.split(r"(?<=[.!?])\s+", step):
-            if _BACK_UP.fullmatch(sentence.strip()):
+            if BACK_UP.fullmatch(sentence.strip()):
                 continue
             words = _WORD.findall(sentence)
             for i, word in enumerate(words):

@@ -24,10 +24,10 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from anchored_reasoning.generators.traces import BACK_UP
 from anchored_reasoning.types import Example
 
 _DOWN = re.compile(r"(?:Every )?(\w+) is a (\w+)\.")
-_BACK = re.compile(r"Back to (\w+)\.")
 ERRORS = ("made_up", "revisit", "backed_up_early", "wrong_parent", "unparsed", "ran_on", "stopped_short")
 
 
@@ -44,7 +44,7 @@ def _moves(sentences: Sequence[str], stack: list[str], paths: bool):
             else:
                 yield "unparsed", sent
             continue
-        down, back = _DOWN.fullmatch(sent), _BACK.fullmatch(sent)
+        down, back = _DOWN.fullmatch(sent), BACK_UP.fullmatch(sent)
         if down:
             yield "down", down.group(1), down.group(2)
         elif back:

@@ -61,6 +61,8 @@ from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.types import Example
 
 TRACE_ORDERS = ("forward", "backward", "options_backward", "dfs", "dfs_paths")
+#: A ``dfs`` back-up step as written (:func:`prosqa_dfs`) and as read back (anchors, search replay): the parent.
+BACK_UP = re.compile(r"Back to (\w+)\.")
 
 _SENTENCE = re.compile(r"[^.]+\.")
 
@@ -212,8 +214,13 @@ def prosqa_dfs(example: Example, paths: bool = False) -> list[str]:
         else:
             stack.pop()
             if stack:
-                steps.append(" ".join(stack) + "." if paths else f"Back to {stack[-1]}.")
+                steps.append(" ".join(stack) + "." if paths else back_up(stack[-1]))
     raise DataError(f"no option is reachable from {symbols[root]}")
+
+
+def back_up(parent: str) -> str:
+    """The ``dfs`` step that backs up to ``parent`` (matched by :data:`BACK_UP`)."""
+    return f"Back to {parent}."
 
 
 #: Each order other than "forward", by (task, order): the new steps from the whole example.

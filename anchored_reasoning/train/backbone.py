@@ -26,7 +26,6 @@ fine-tuning never resizes the embeddings.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -113,6 +112,12 @@ SEARCH_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
     ("drill", {}, 0.10),
 ]
 
+#: Document kinds of ProsQA problems whose derivation is rewritten, by the trace order
+#: (:mod:`anchored_reasoning.generators.traces`) that writes it.
+TRACED_KINDS = {"prosqa_back": "options_backward", "prosqa_dfs": "dfs"}
+#: Document kinds drawn from the ProsQA generator (the drills restate a problem's facts).
+PROSQA_KINDS = ("drill", "rdrill", *TRACED_KINDS)
+
 #: The question-aware mixtures by name, each with its generator-seed offset (``seed * 100 + offset + i``).
 QA_MIXTURES: dict[str, tuple[list[tuple[str, dict[str, Any], float]], int]] = {
     "questions": (QA_MIXTURE, 50), "backward": (BACKWARD_MIXTURE, 70), "search": (SEARCH_MIXTURE, 90)}
@@ -130,14 +135,10 @@ def qa_document(example, task: str, rng: random.Random | None = None) -> str:
         if task == "rdrill":
             pick = [f"{f[:-1].split()[-1]}: {f}" for f in pick]
         return f"{head}\n{' '.join(pick)}"
-    if task == "prosqa_back":
-        from anchored_reasoning.generators.traces import prosqa_options_backward
+    if task in TRACED_KINDS:
+        from anchored_reasoning.generators.traces import apply_trace
 
-        example = dataclasses.replace(example, steps=prosqa_options_backward(example))
-    if task == "prosqa_dfs":
-        from anchored_reasoning.generators.traces import prosqa_dfs
-
-        example = dataclasses.replace(example, steps=prosqa_dfs(example))
+        (example,) = apply_trace([example], "prosqa", TRACED_KINDS[task])
     steps = " ".join(s.strip() for s in (example.steps or []))
     return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
 
@@ -156,7 +157,7 @@ def qa_corpus(n_docs: int, seed: int = 0, mixture: str = "questions") -> list[tu
     for i, (task, size, share) in enumerate(table):
         n = max(1, round(n_docs * share))
         size = ladder_size(size["ladder"]) if "ladder" in size else size
-        gen_task = "prosqa" if task in ("drill", "rdrill", "prosqa_back", "prosqa_dfs") else task
+        gen_task = "prosqa" if task in PROSQA_KINDS else task
         for ex in generators.generate_dataset(gen_task, n, seed=seed * 100 + offset + i, split=f"qa{i}", **size):
             try:
                 out.append((task, qa_document(ex, task, rng)))
