@@ -64,7 +64,12 @@ METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
 }
 #: (a, b) pairs compared per depth in ``goals["ablations"]``
 ABLATIONS = (("acot", "pause_as_thought"), ("acot", "acot_keep"), ("acot", "stepwise"), ("pause_as_thought", "pause"))
-MAX_NEW_TOKENS = 96  # the longest 4-hop CoT target is ~60 tokens in the backbone's tokenizer
+#: generation budget by trace: the longest 4-hop proof is ~60 tokens in the backbone's tokenizer; a written
+#: depth-first search with its back-ups runs to ~150 at 4 hops
+MAX_NEW_TOKENS = {"forward": 96, "dfs": 192}
+#: what joins a trace's steps by default: the committed forward ladders put steps on lines; the search is
+#: written as in ``logic-gpt2-search``'s pretraining documents (and the demo), steps joined by a space
+STEP_SEPARATOR = {"forward": "\n", "dfs": " "}
 
 
 def parse_args(argv=None):
@@ -84,12 +89,22 @@ def parse_args(argv=None):
                         "on a tokenizer that splits the anchors (SmolLM2: up to 4 tokens) give their longest length")
     p.add_argument("--min-steps-per-stage", type=int, default=None,
                    help="curriculum floor per stage (default: the trainer's); a run too short for it is refused")
+    p.add_argument("--trace", default="forward", choices=sorted(MAX_NEW_TOKENS),
+                   help="how the training problems' reasoning is written: the dataset's proof (forward, the committed "
+                        "ladders) or the depth-first search from the asked entity (dfs, with --backbone logic-gpt2-search)")
+    p.add_argument("--step-separator", default=None, choices=["newline", "space"],
+                   help="what joins the trace's steps (default: newline for forward, space for dfs)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="generation budget (default: 96 forward, 192 dfs)")
     p.add_argument("--work", default="runs/depth_ladder")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "depth_ladder.json"))
     p.add_argument("--machine-note", default=None)
     p.add_argument("--regoal", action="store_true",
                    help="train nothing: recompute the goals and the plot of --out from its kept runs (its setup's problems)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.step_separator = ({"newline": "\n", "space": " "}[args.step_separator] if args.step_separator
+                           else STEP_SEPARATOR[args.trace])
+    args.max_new_tokens = args.max_new_tokens or MAX_NEW_TOKENS[args.trace]
+    return args
 
 
 def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops: dict[str, int], args) -> dict[str, Any]:
@@ -102,7 +117,7 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     run_dir = Path(args.work) / label / f"seed{seed}"
     ckpt = run_dir / "model"
     settings = demo.DemoSettings(seed=seed, backbone=demo.parse_backbone(args.backbone), learning_rate=args.lr,
-                                 batch_size=args.batch_size, trace="forward", step_separator="\n")
+                                 batch_size=args.batch_size, trace=args.trace, step_separator=args.step_separator)
     if "k" in options and args.tokens_per_anchor != 1:  # the slot methods: whole anchors, equal slots
         options = {**options, "tokens_per_anchor": args.tokens_per_anchor}
     recipe = demo.method_recipe(name, settings, None, ckpt, 0.0, options=options)
@@ -114,9 +129,12 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     # and a folder holding a run with other settings is refused with the keys that differ.
     ar.run_with_examples(recipe, train, [])
     summary = json.loads((ckpt / "train_summary.json").read_text())
-    ev = demo.evaluate(str(ckpt), held, run_dir / "eval_generated", MAX_NEW_TOKENS, hops=hops)
-    pr = demo.probe(str(ckpt), swapped, run_dir, MAX_NEW_TOKENS, hops)
+    ev = demo.evaluate(str(ckpt), held, run_dir / "eval_generated", args.max_new_tokens, hops=hops)
+    pr = demo.probe(str(ckpt), swapped, run_dir, args.max_new_tokens, hops)
     records = load_records(ev["records"])
+    # the written steps read back against each graph: a proof as a walk, a search replayed step by step
+    read_back = {"search": searches(records, held, hops)} if args.trace == "dfs" else {
+        "chains": chain_summary(records, held, hops)}
     return {
         "seed": seed, "steps": summary["global_steps"], "train_seconds": summary["train_seconds"],
         "stages": [summary["final_stage"], summary["stages_planned"]],
@@ -125,9 +143,24 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
         "tokens_by_hops": _tokens_by_hops(records, hops), "no_answer": ev["no_answer"],
         "flip_rate": pr["flip_rate"]["mean"], "swap_accuracy": pr["swap_accuracy"]["mean"],
         "probe_by_hops": {h: {"flip_rate": v["flip_rate"]["mean"]} for h, v in pr["by_hops"].items()},
-        "chains": chain_summary(records, held, hops),
+        **read_back,
         "_correct": {r["id"]: bool(r["correct"]) for r in records},
     }
+
+
+def searches(records: list[dict[str, Any]], held: list, hops: dict[str, int]) -> dict[str, Any]:
+    """A dfs run's searches replayed per depth (``eval.search_probe``): the share that reached the answer by
+    legal steps, that were exact, and whose answer names where the search ended."""
+    from anchored_reasoning.eval.search_probe import search_summary
+
+    out = {}
+    for h in sorted({hops[ex.id] for ex in held}):
+        s = search_summary(records, [ex for ex in held if hops[ex.id] == h])
+        n = max(1, s["n"])
+        out[str(h)] = {"n": s["n"], "legal_to_answer": s["reached_answer"] / n, "exact": s["exact"] / n,
+                       "answer_follows_search": s["answer_follows_search"] / max(1, s["reached_answer"]),
+                       "first_error": s["first_error"]}
+    return out
 
 
 def _tokens_by_hops(records: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, float]:
@@ -155,7 +188,9 @@ def aggregate(runs: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any
                            "flip_rate": sum(r["probe_by_hops"].get(str(h), {}).get("flip_rate", 0) for r in runs) / len(runs),
                            # derivations read back against the graph: right chain / made-up step / wrong branch
                            "chains": {k: sum(r["chains"]["by_hops"][str(h)][k] for r in runs) / len(runs)
-                                      for k in CHAIN_KINDS} if all("chains" in r for r in runs) else None}
+                                      for k in CHAIN_KINDS} if all("chains" in r for r in runs) else None,
+                           **({"search_legal_to_answer": sum(r["search"][str(h)]["legal_to_answer"] for r in runs) / len(runs)}
+                              if all("search" in r for r in runs) else {})}
     ci = mean_ci(list(per_problem.values()))
     return {"accuracy": ci["mean"], "ci95": [ci["ci_low"], ci["ci_high"]], "by_hops": by_hops,
             "tokens": sum(r["tokens"] for r in runs) / len(runs),
@@ -236,14 +271,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def ladder_problems(hops: list[int], eval_n: int, train_n: int) -> tuple[list, list, dict[str, int]]:
+def ladder_problems(hops: list[int], eval_n: int, train_n: int, trace: str = "forward") -> tuple[list, list, dict[str, int]]:
     """(training problems, held-out problems, hops by held-out id): the same problems for every run and
-    seed of the ladder (and for benchmarks/acot_slots.py, which reads the ladder's models)."""
+    seed of the ladder (and for benchmarks/acot_slots.py, which reads the ladder's models); ``trace``
+    writes the training problems' reasoning (the held-out problems are the same for every trace)."""
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import hops_of
 
-    # the ladder's committed runs train on the dataset's proof, steps on lines (the demo's defaults changed later)
-    settings = demo.DemoSettings(seed=0, train_n=train_n, eval_n=eval_n * len(hops), hops=hops, trace="forward")
+    # depth_ladder.json trains on the dataset's proof (the demo's default trace changed later)
+    settings = demo.DemoSettings(seed=0, train_n=train_n, eval_n=eval_n * len(hops), hops=hops, trace=trace)
     train, held = demo.make_data(settings)
     return train, held, {ex.id: hops_of(ex) for ex in held}
 
@@ -262,11 +298,12 @@ def main(argv=None) -> int:
         hops = old.get("_held_out_hops")
         if not hops:  # a JSON from before 2026-12-03 (session 16): regenerate the problems to learn them
             setup = old["setup"]
-            _, _, hops = ladder_problems(setup["hops"], setup["held_out_per_depth"], setup["train_problems"])
+            _, _, hops = ladder_problems(setup["hops"], setup["held_out_per_depth"], setup["train_problems"],
+                                         setup.get("trace", "forward"))
         _write(Path(args.out), {}, {i: int(h) for i, h in hops.items()}, args, t0)
         return 0
-    check_mergeable(Path(args.out), args.methods, args.seeds)  # before any training
-    train, held, hops = ladder_problems(args.hops, args.eval_n, args.train_n)
+    check_mergeable(Path(args.out), args.methods, args.seeds, args)  # before any training
+    train, held, hops = ladder_problems(args.hops, args.eval_n, args.train_n, args.trace)
     swapped = binding_probe_examples(held)
     runs: dict[str, list] = {}
     for label in args.methods:
@@ -279,12 +316,21 @@ def main(argv=None) -> int:
     return 0
 
 
-def check_mergeable(out: Path, labels: list[str], seeds: list[int]) -> None:
+def check_mergeable(out: Path, labels: list[str], seeds: list[int], args=None) -> None:
     """A run of some seeds merges into the JSON's other seeds of the same method; that needs their
-    per-problem records (``_runs``, kept since 2026-12-02). Refuses, naming them, when they are missing."""
+    per-problem records (``_runs``, kept since 2026-12-02), and the same problems, trace and backbone.
+    Refuses, naming what differs, otherwise."""
     if not out.is_file():
         return
     old = json.loads(out.read_text())
+    if args is not None and old.get("setup"):
+        setup = {"trace": "forward", "step_separator": "\n", **old["setup"]}
+        mine = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
+                "backbone": args.backbone, "trace": args.trace, "step_separator": args.step_separator}
+        differ = {k: (setup.get(k), v) for k, v in mine.items() if setup.get(k) != v}
+        if differ:
+            raise SystemExit(f"{out} holds a ladder with other settings ({', '.join(f'{k}: {a!r} there, {b!r} here' for k, (a, b) in differ.items())}); "
+                             "write to another --out")
     runs = kept_runs(old)
     for label in labels:
         had = set((old.get("methods", {}).get(label) or {}).get("seeds", []))
@@ -344,7 +390,8 @@ def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int
             merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
                                "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
                                "backbone": args.backbone, "k": K, "tokens_per_anchor": args.tokens_per_anchor,
-                               "min_steps_per_stage": args.min_steps_per_stage,
+                               "min_steps_per_stage": args.min_steps_per_stage, "trace": args.trace,
+                               "step_separator": args.step_separator, "max_new_tokens": args.max_new_tokens,
                                "methods": {k: list(v) for k, v in METHODS.items()}}
             merged["machine"] = machine_info(torch_threads=args.threads,
                                              **({"note": args.machine_note} if args.machine_note else {}))

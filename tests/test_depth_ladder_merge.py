@@ -24,7 +24,7 @@ def fake_run(seed: int, right: set[str]) -> dict:
 def args_for(seeds: list[int]) -> argparse.Namespace:
     return argparse.Namespace(hops=[1, 2], train_n=10, eval_n=4, train_steps=10, batch_size=2, lr=1e-3, backbone="x",
                               tokens_per_anchor=1, min_steps_per_stage=None, threads=1, machine_note=None,
-                              methods=["cot"], seeds=seeds)
+                              methods=["cot"], seeds=seeds, trace="forward", step_separator="\n", max_new_tokens=96)
 
 
 def test_a_second_seed_merges_with_the_first(tmp_path, monkeypatch):
@@ -125,3 +125,45 @@ def test_a_work_folder_with_another_step_budget_is_refused_not_reused(tmp_path):
     args.train_steps = 3
     with pytest.raises(ResumeError, match="max_steps: 2 .* 3"):
         ladder.run_one("nocot", 0, train, held, binding_probe_examples(held), hops, args)
+
+
+def test_a_ladder_of_another_trace_or_backbone_is_not_merged_into(tmp_path, monkeypatch):
+    """depth_ladder.json (the proof, logic-gpt2-shift) and a ladder on the written search are different
+    experiments: a run of the second aimed at the first's JSON stops before training, naming what differs."""
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    out = tmp_path / "ladder.json"
+    ladder._write(out, {"cot": [fake_run(0, set(HOPS))]}, HOPS, args_for([0]), 0.0)
+    same = args_for([1])
+    ladder.check_mergeable(out, ["cot"], [0, 1], same)
+    other = args_for([1])
+    other.trace, other.step_separator, other.backbone = "dfs", " ", "logic-gpt2-search"
+    with pytest.raises(SystemExit, match="trace: 'forward' there, 'dfs' here.*backbone|backbone.*trace: 'forward' there"):
+        ladder.check_mergeable(out, ["cot"], [0, 1], other)
+    old = json.loads(out.read_text())
+    for key in ("trace", "step_separator"):  # a JSON from before the option: the proof, steps on lines
+        del old["setup"][key]
+    out.write_text(json.dumps(old))
+    ladder.check_mergeable(out, ["cot"], [0, 1], same)
+
+
+def test_the_ladder_on_the_written_search_trains_on_it_and_replays_the_searches(tmp_path):
+    """--trace dfs: the training targets are the depth-first search (steps joined by a space, as the
+    search backbone was pretrained), generation gets the longer budget, and each run keeps its searches
+    replayed per depth instead of the forward-walk reading."""
+    from anchored_reasoning.eval.probes import binding_probe_examples
+    from anchored_reasoning.generators.traces import BACK_UP
+
+    args = ladder.parse_args(["--hops", "1", "2", "--trace", "dfs", "--train-steps", "2", "--batch-size", "2",
+                              "--backbone", "logic-gpt2-search", "--work", str(tmp_path)])
+    assert (args.step_separator, args.max_new_tokens) == (" ", 192)
+    assert ladder.parse_args(["--trace", "dfs", "--step-separator", "newline"]).step_separator == "\n"
+    train, held, hops = ladder.ladder_problems([1, 2], 2, 40, "dfs")
+    forward_train, forward_held, _ = ladder.ladder_problems([1, 2], 2, 40)
+    assert [ex.question for ex in held] == [ex.question for ex in forward_held]  # the same held-out problems
+    assert any(BACK_UP.search(" ".join(ex.steps)) for ex in train)  # searches back up somewhere
+    run = ladder.run_one("cot", 0, train, held, binding_probe_examples(held), hops, args)
+    assert "chains" not in run and sorted(run["search"]) == ["1", "2"]
+    for h, s in run["search"].items():
+        assert s["n"] == 2 and 0.0 <= s["legal_to_answer"] <= 1.0 and sum(s["first_error"].values()) == 2
+    agg = ladder.aggregate([run], hops)
+    assert "search_legal_to_answer" in agg["by_hops"]["1"] and agg["by_hops"]["1"]["chains"] is None
