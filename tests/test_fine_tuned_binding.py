@@ -1,7 +1,8 @@
 """Issue 10, item 1, end to end through the trainer: the demo's default backbone (``logic-gpt2-search``),
 fine-tuned CoT on the written search by the ``ar`` trainer (TRL's SFTTrainer path, fused LM head) on the
 demo's 1-3-hop problems, answers held-out problems right and *reads the asked entity* at every depth: asked
-about the other entity, its answer flips on >= 90% of them. And ``logic-gpt2-shift`` (the backbone before it)
+about the other entity, its answer flips on >= 90% of them at 1 and 2 hops and as often as the backbone's own
+at 3 (~0.85). And ``logic-gpt2-shift`` (the backbone before it)
 fine-tuned No-CoT on 1-hop problems binds there (200 steps, ~1.5 min of one core).
 
 This also guards the trainer path of the token shift: with the shift outside the backbone TRL calls, the
@@ -43,20 +44,32 @@ def test_fine_tuned_default_binds_the_asked_entity_at_one_hop(tmp_path):
 SEARCH_STEPS = 120
 
 
-def test_fine_tuned_default_reads_the_asked_entity_at_every_depth(tmp_path):
+def test_fine_tuned_default_reads_the_asked_entity_at_every_depth_as_the_backbone_does(tmp_path):
     """CoT written as the search (the demo's default trace, steps joined as in pretraining), 120 steps from
-    the demo's default backbone, 40 held-out problems per depth: right 0.95 / 0.95 / 0.78 at 1 / 2 / 3 hops and
-    answers flipping with the asked entity 0.95 / 0.88 / 0.65 (No-CoT in the demo: 0.16 at 3 hops). The issue's
-    bar (flips >= 0.9 at every depth) holds for the backbone zero-shot (test_backbone.py) but not yet after
-    fine-tuning: the first ~100 steps on the trainer's layout cost some of it (the demo, at 253 steps: 0.79 at
-    3 hops). The bars below guard what holds: reads the entity at every depth, right well above chance."""
+    the demo's default backbone at lr 1e-4, 40 held-out problems per depth. Fine-tuning keeps what the
+    backbone does zero-shot in its own format on the same problems, and reads the asked entity at every
+    depth. Measured (session 24, 80 problems per depth, seed 5): fine-tuned right 1.00 / 0.99 / 0.91 and
+    flips 1.00 / 0.99 / 0.86; the backbone zero-shot right 1.00 / 1.00 / 0.90, flips 0.99 / 0.96 / 0.85 (this
+    test's 40 per depth: fine-tuned right 1.00 / 1.00 / 0.90, flips 1.00 / 1.00 / 0.875; zero-shot at 3 hops
+    right 0.85, flips 0.825).
+    At the demo's lr 1e-3 the same 120 steps lose some of it (3 hops: right 0.81, flips 0.69; at 400 steps
+    0.89 / 0.80). The issue's bar (flips >= 0.9 at every depth) holds at 1-2 hops; at 3 hops the limit
+    is the backbone's own search (its misses are loops: a concept revisited after backing up)."""
+    import sys
+    from pathlib import Path
+
     import torch
 
+    from anchored_reasoning.backends import get_backend
     from anchored_reasoning.eval.probes import binding_probe_examples, hops_of
+    from anchored_reasoning.models.zoo import resolve_model
     from anchored_reasoning.train import ar
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import backbone_probe
+
     torch.set_num_threads(1)
-    settings = demo.DemoSettings(train_n=SEARCH_STEPS * 32, eval_n=120, seed=5)
+    settings = demo.DemoSettings(train_n=SEARCH_STEPS * 32, eval_n=120, seed=5, learning_rate=1e-4)
     assert settings.backbone == "logic-gpt2-search" and settings.trace == "dfs"  # the demo's defaults
     train, held = demo.make_data(settings)
     recipe = demo.method_recipe("cot", settings, None, tmp_path / "cot", 0.0)
@@ -64,11 +77,16 @@ def test_fine_tuned_default_reads_the_asked_entity_at_every_depth(tmp_path):
     ckpt = ar.run_with_examples(recipe, train, [])
 
     hops = {ex.id: hops_of(ex) for ex in held}
-    ev = demo.evaluate(str(ckpt), held, tmp_path / "eval_generated", settings.max_new_tokens, hops=hops)
-    pr = demo.probe(str(ckpt), binding_probe_examples(held), tmp_path, settings.max_new_tokens, hops)
+    ev = demo.evaluate(str(ckpt), held, tmp_path / "eval_generated", 160, hops=hops)
+    pr = demo.probe(str(ckpt), binding_probe_examples(held), tmp_path, 160, hops)
     assert sorted(ev["by_hops"]) == ["1", "2", "3"] and pr["swapped"]["n"] == 120
     right = {h: ev["by_hops"][h]["accuracy"] for h in ("1", "2", "3")}
     flips = {h: pr["by_hops"][h]["flip_rate"]["mean"] for h in ("1", "2", "3")}
-    print("right", right, "flips", flips)
-    assert right["1"] >= 0.9 and right["2"] >= 0.9 and right["3"] >= 0.7, right
-    assert flips["1"] >= 0.9 and flips["2"] >= 0.8 and flips["3"] >= 0.6, flips
+    backbone = get_backend("hf", resolve_model(settings.backbone), batch_size=64, device="cpu")
+    zero_shot = {str(h): backbone_probe.probe_set(backbone, [e for e in held if hops[e.id] == h], 160) for h in (1, 2, 3)}
+    print("right", right, "flips", flips, "zero-shot", {h: (z["answer_right"], z["answer_flips"]) for h, z in zero_shot.items()})
+    for h in ("1", "2", "3"):  # nothing the backbone does is lost (4 of 40 problems of slack)
+        assert right[h] >= zero_shot[h]["answer_right"] - 0.1, (h, right, zero_shot[h])
+        assert flips[h] >= zero_shot[h]["answer_flips"] - 0.1, (h, flips, zero_shot[h])
+    assert right["1"] >= 0.9 and right["2"] >= 0.9 and right["3"] >= 0.8, right
+    assert flips["1"] >= 0.9 and flips["2"] >= 0.9 and flips["3"] >= 0.75, flips
