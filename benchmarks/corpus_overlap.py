@@ -29,20 +29,20 @@ def main(argv=None) -> int:
     from anchored_reasoning.demo import DemoSettings, make_data
     from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
     from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train.backbone import _facts, qa_corpus
+    from anchored_reasoning.train.backbone import facts_of, qa_corpus
 
     heads: set[str] = set()
     for seed in a.seeds:
         for task, doc in qa_corpus(a.docs, seed=seed, mixture="search"):
             if task in ("prosqa_dfs", "drill"):
-                heads.add(_facts(doc.split("\n")[0], "prosqa"))
+                heads.add(facts_of(doc.split("\n")[0], "prosqa"))
     _, held = make_data(DemoSettings())
     sets = {"demo_held_out": held,
             "backbone_probe_ladder_1_4": [e for h in (1, 2, 3, 4)
                                           for e in generate_dataset(100, seed=4242 + h, split="probe", **ladder_size(h))],
             "prosqa_real_test": list(get_task("prosqa").load("test"))}
     result = {"corpus": {"mixture": "search", "seeds": a.seeds, "documents_per_seed": a.docs, "distinct_problems": len(heads)},
-              "overlap": {k: {"n": len(v), "facts_in_corpus": sum(_facts(e.question, "prosqa") in heads for e in v)}
+              "overlap": {k: {"n": len(v), "facts_in_corpus": sum(facts_of(e.question, "prosqa") in heads for e in v)}
                           for k, v in sets.items()},
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": {"platform": platform.platform(), "note": "one process, one core"},

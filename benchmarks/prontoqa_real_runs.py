@@ -59,7 +59,7 @@ def _pair(seed: int, mine: dict[str, int], theirs: dict[str, int]) -> dict[str, 
 
 def grade_run(run: Path, mirror: dict[str, Any], label: str | None = None) -> dict[str, Any]:
     from anchored_reasoning.eval.runner import load_records
-    from prosqa_real import _ci, last_validation
+    from prosqa_real import accuracy_ci, last_validation
 
     config = json.loads((run / "run_config.json").read_text())
     recipe = config["recipe"]
@@ -76,7 +76,7 @@ def grade_run(run: Path, mirror: dict[str, Any], label: str | None = None) -> di
         "curriculum": bool((recipe.get("training") or {}).get("curriculum")), "label": label,
         "train_steps": config.get("completed_step") or config.get("last_checkpoint_step"),
         "records": str(found),
-        "real_test": {**_ci([float(v) for v in correct.values()]), "chance": 0.5,
+        "real_test": {**accuracy_ci([float(v) for v in correct.values()]), "chance": 0.5,
                       "tokens": round(sum(r.get("tokens", 0) for r in records) / len(records), 2),
                       "no_answer": sum(r.get("extracted") is None for r in records),
                       "answers": {str(k): sum(r.get("extracted") == k for r in records)
@@ -97,7 +97,7 @@ def pair_within(results: dict[str, Any], label: str) -> dict[str, Any]:
     returns the label's summary: per method (and curriculum) the seeds, their accuracies, the pooled
     accuracy over (seed, problem) and the seed-pooled paired difference from the label's CoT."""
     from prontoqa_mirror import paired_with
-    from prosqa_real import _ci
+    from prosqa_real import accuracy_ci
 
     runs = {k: e for k, e in results.items() if e.get("label") == label and e.get("_correct")}
     by_method: dict[str, dict[int, dict[str, int]]] = {}
@@ -113,7 +113,7 @@ def pair_within(results: dict[str, Any], label: str) -> dict[str, Any]:
     for group, seeds in sorted(by_method.items()):
         pooled = [float(v) for s in sorted(seeds) for v in seeds[s].values()]
         row = {"seeds": sorted(seeds), "per_seed": {str(s): round(sum(c.values()) / len(c), 4) for s, c in sorted(seeds.items())},
-               "pooled": _ci(pooled), "chance": 0.5}
+               "pooled": accuracy_ci(pooled), "chance": 0.5}
         cot = by_method.get(base["cot"])
         if cot and group != base["cot"]:
             row["minus_cot"] = paired_with(seeds, cot)

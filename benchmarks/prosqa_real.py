@@ -46,7 +46,8 @@ HELDOUT_SIZES = {
 }
 
 
-def _ci(values: list[float]) -> dict[str, Any]:
+def accuracy_ci(values: list[float]) -> dict[str, Any]:
+    """Per-problem 0/1 scores -> ``{"accuracy", "ci95", "n"}`` (bootstrap; also prontoqa_real_runs.py's)."""
     from anchored_reasoning.eval.metrics import mean_ci
 
     c = mean_ci(values)
@@ -68,7 +69,7 @@ def shortcut_split(test: list, correct: dict[str, int]) -> dict[str, Any]:
         key = "undecided" if pick is None else "rule_right" if pick == gold else "rule_wrong"
         groups[key].append(float(correct[ex.id]))
     return {"rule": name, "rule_accuracy": round(scores[name], 4),
-            **{k: _ci(v) for k, v in groups.items() if v}}
+            **{k: accuracy_ci(v) for k, v in groups.items() if v}}
 
 
 def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -188,7 +189,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
         "method": recipe["method"]["name"], "seed": int(recipe.get("seed", 0)), "run": str(run),
         "model": recipe["model"]["name"], "train_n": len(train),
         "train_steps": config.get("completed_step") or config.get("last_checkpoint_step"),
-        "real_test": {**_ci(list(map(float, correct.values()))), "chance": 0.5,
+        "real_test": {**accuracy_ci(list(map(float, correct.values()))), "chance": 0.5,
                       "tokens": round(sum(tokens) / max(len(tokens), 1), 2), "records": str(found),
                       "no_answer": sum(r.get("extracted") is None for r in records),
                       "by_hops": {h: {"accuracy": round(v["mean"], 4), "ci95": [round(v["ci_low"], 4),

@@ -43,7 +43,7 @@ def queries(question: str, rng: random.Random) -> dict:
     """One forward and one reverse query on a random fact of the problem, with what counts as right; each
     after two other facts of the problem restated in the query's own form (in-context examples, so that a
     backbone that never saw the ``<Y>:`` form is asked the same thing)."""
-    from anchored_reasoning.train.backbone import _facts
+    from anchored_reasoning.train.backbone import facts_of
 
     facts = parse_facts(question)
     names = sorted({n for f in facts for n in f})
@@ -53,7 +53,7 @@ def queries(question: str, rng: random.Random) -> dict:
     def said(a: str, b: str) -> str:
         return f"{a} is a {b}." if a[:1].isupper() else f"Every {a} is a {b}."
 
-    head = _facts(question, "prosqa") + "\n"
+    head = facts_of(question, "prosqa") + "\n"
     fwd_head = head + " ".join(said(a, b) for a, b in shots) + " "
     rev_head = head + " ".join(f"{b}: {said(a, b)}" for a, b in shots) + " "
     fwd_ok = sorted({b for a, b in facts if a == sub})

@@ -129,7 +129,7 @@ def qa_document(example, task: str, rng: random.Random | None = None) -> str:
     the same headed by their objects, ``"<object>: <fact>"`` -- each a lookup of the subject from the object;
     ``prosqa_back``: the derivation is the ``options_backward`` trace; ``prosqa_dfs``: the ``dfs`` trace)."""
     if task in ("drill", "rdrill"):
-        head = _facts(example.question, "prosqa")
+        head = facts_of(example.question, "prosqa")
         facts = [f.strip() + "." for f in head.split(".") if f.strip()]
         pick = (rng or random.Random(0)).sample(facts, min(6, len(facts)))
         if task == "rdrill":
@@ -167,7 +167,7 @@ def qa_corpus(n_docs: int, seed: int = 0, mixture: str = "questions") -> list[tu
     return out[:n_docs]
 
 
-def _facts(question: str, task: str) -> str:
+def facts_of(question: str, task: str) -> str:
     """The question without its final query sentence."""
     marker = " Is " if task == "prosqa" else " True or false:"
     cut = question.rfind(marker)
@@ -180,7 +180,7 @@ def document(example, task: str) -> str:
     tail = steps
     if task == "prosqa" and example.answer and example.answer not in steps:
         tail = f"{steps} {example.answer}".strip()
-    return f"{_facts(example.question, task)}\n{tail}"
+    return f"{facts_of(example.question, task)}\n{tail}"
 
 
 def logic_corpus(n_docs: int, seed: int = 0) -> list[tuple[str, str]]:
