@@ -200,8 +200,9 @@ def method_recipe(
         "seed": settings.seed,
         "output_dir": str(out_dir),
         "model": model,
-        "method": {"name": name, "options": ({**METHOD_OPTIONS.get(name, {}), "step_separator": settings.step_separator}
-                                             if options is None else dict(options))},
+        # the settings' step separator joins the steps whatever the options (an explicit one in them wins)
+        "method": {"name": name, "options": {"step_separator": settings.step_separator,
+                                             **(METHOD_OPTIONS.get(name, {}) if options is None else options)}},
         "training": {
             "max_steps": 1_000_000,  # the time budget stops training
             "max_train_seconds": float(train_seconds),

@@ -62,6 +62,11 @@ def test_method_recipe_fine_tunes_the_backbone_or_trains_from_scratch(tmp_path):
     on = demo.method_recipe("acot", demo.DemoSettings(), None, tmp_path / "a", 10.0)
     assert on["model"] == {"name": "logic-gpt2-search"}
     assert on["method"]["options"] == {"k": 3, "remove_steps_per_stage": 1, "step_separator": " "}
+    # explicit options (the depth ladder's) still get the settings' separator; one they name themselves wins
+    given = demo.method_recipe("acot", demo.DemoSettings(), None, tmp_path / "a", 10.0, options={"k": 4})
+    assert given["method"]["options"] == {"k": 4, "step_separator": " "}
+    mine = demo.method_recipe("cot", demo.DemoSettings(), None, tmp_path / "a", 10.0, options={"step_separator": "\n"})
+    assert mine["method"]["options"] == {"step_separator": "\n"}
     off = demo.method_recipe("acot", demo.DemoSettings(backbone=None), tmp_path / "tok", tmp_path / "b", 10.0)
     assert off["model"] == {"preset": "gpt2-tiny", "tokenizer": str(tmp_path / "tok")}
     with pytest.raises(ValueError):

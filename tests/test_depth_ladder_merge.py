@@ -162,6 +162,8 @@ def test_the_ladder_on_the_written_search_trains_on_it_and_replays_the_searches(
     assert [ex.question for ex in held] == [ex.question for ex in forward_held]  # the same held-out problems
     assert any(BACK_UP.search(" ".join(ex.steps)) for ex in train)  # searches back up somewhere
     run = ladder.run_one("cot", 0, train, held, binding_probe_examples(held), hops, args)
+    saved = json.loads((tmp_path / "cot" / "seed0" / "model" / "anchored_reasoning.json").read_text())
+    assert saved["method_options"]["step_separator"] == " "  # the run trained on space-joined steps
     assert "chains" not in run and sorted(run["search"]) == ["1", "2"]
     for h, s in run["search"].items():
         assert s["n"] == 2 and 0.0 <= s["legal_to_answer"] <= 1.0 and sum(s["first_error"].values()) == 2
