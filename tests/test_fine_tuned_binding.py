@@ -48,12 +48,11 @@ def test_fine_tuned_default_reads_the_asked_entity_at_every_depth_as_the_backbon
     """CoT written as the search (the demo's default trace, steps joined as in pretraining), 120 steps from
     the demo's default backbone at lr 1e-4, 40 held-out problems per depth. Fine-tuning keeps what the
     backbone does zero-shot in its own format on the same problems, and reads the asked entity at every
-    depth. Measured (session 24, 80 problems per depth, seed 5): fine-tuned right 1.00 / 0.99 / 0.91 and
+    depth. Measured (benchmarks/finetune_binding.py, 80 problems per depth, seed 5): fine-tuned right 1.00 / 0.99 / 0.91 and
     flips 1.00 / 0.99 / 0.86; the backbone zero-shot right 1.00 / 1.00 / 0.90, flips 0.99 / 0.96 / 0.85 (this
     test's 40 per depth: fine-tuned right 1.00 / 1.00 / 0.90, flips 1.00 / 1.00 / 0.875; zero-shot at 3 hops
     right 0.85, flips 0.825).
-    At the demo's lr 1e-3 the same 120 steps lose some of it (3 hops: right 0.81, flips 0.69; at 400 steps
-    0.89 / 0.80). The issue's bar (flips >= 0.9 at every depth) holds at 1-2 hops; at 3 hops the limit
+    At the demo's lr 1e-3 the same 120 steps lose some of it (3 hops: right 0.81, flips 0.69). The issue's bar (flips >= 0.9 at every depth) holds at 1-2 hops; at 3 hops the limit
     is the backbone's own search (its misses are loops: a concept revisited after backing up)."""
     import sys
     from pathlib import Path
