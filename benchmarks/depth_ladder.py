@@ -2,6 +2,8 @@
 
     python benchmarks/depth_ladder.py --hops 1 2 3 4 --seeds 0 1 2 --train-steps 1500 --threads 1
     python benchmarks/depth_ladder.py --methods cot nocot --seeds 0 --train-steps 300    # a slice
+    python benchmarks/depth_ladder.py --trace dfs --backbone logic-gpt2-search --lr 3e-4 --train-steps 600 \
+        --seeds 0 --out benchmarks/results/depth_ladder_search.json        # on the written search
 
 Each run fine-tunes the backbone (default: the shipped ``logic-gpt2-shift``) with one method on an equal
 mixture of generated ProsQA problems at every depth of ``--hops`` (the ladder sizes of
@@ -23,6 +25,9 @@ hidden ablations):
     anchor_chain      the anchors decoded as a terse chain ("Tom terpus lempus"), then the answer (not the
                       paper's ACoT: its slots are never decoded; benchmarks/acot_slots.py says why it matters)
 
+``--trace dfs`` trains every method on the depth-first search from the asked entity instead of the proof
+(``generators.traces``; steps joined by a space, as the search backbone was pretrained), and reads each
+run's searches back step by step (``eval.search_probe``: legal to the answer, first error) instead of walks.
 Every run has the same number of optimizer steps (``--train-steps``, equal examples); the training
 loss curve of every run is kept in the JSON, so whether a run converged can be read off it.
 Writes ``benchmarks/results/depth_ladder.json`` (merged under a lock: one process per core can run
