@@ -67,3 +67,29 @@ def test_a_search_trace_is_replayed_and_a_path_trace_read_as_paths():
                     "extracted": ex.meta["answer_concept"], "correct": True} for ex in test]
         got = prosqa_real.chains(trace, test, records, {ex.id: 1 for ex in test})
         assert got["n"] == 4 and got["exact"] == 4 and got["answer_follows_search"] == 4, (trace, got)
+
+
+def test_runs_differing_only_in_seed_are_pooled_over_problems(tmp_path):
+    """`over_seeds`: seeds 0-2 of one run kind pooled (each seed's accuracy, their mean, an interval over
+    problems of the seed-averaged accuracy); a kind with one seed and other kinds stay apart. A rerun
+    without --run recomputes it from the JSON and keeps the grading's machine and command."""
+    import json
+
+    def entry(seed, right):
+        correct = {f"t{i}": int(i < right) for i in range(4)}
+        return {"method": "cot", "seed": seed, "real_test": {"accuracy": right / 4}, "_correct": correct}
+
+    runs = {"cot_dfs_s0": entry(0, 4), "cot_dfs_s1": entry(1, 2), "cot_dfs_s2": entry(2, 0),
+            "cot_dfs_logic-gpt2-search_s0": entry(0, 3), "cot_s0": entry(0, 1)}
+    pooled = prosqa_real.over_seeds(runs)
+    assert list(pooled) == ["cot_dfs"]
+    got = pooled["cot_dfs"]
+    assert got["seeds"] == [0, 1, 2] and got["accuracy_by_seed"] == [1.0, 0.5, 0.0]
+    assert got["accuracy"] == 0.5 and got["n"] == 4 and got["ci95"][0] <= 0.5 <= got["ci95"][1]
+    out = tmp_path / "real.json"
+    out.write_text(json.dumps({**runs, "machine": {"note": "grading"}, "command": "python benchmarks/prosqa_real.py --run r"}))
+    assert prosqa_real.main(["--out", str(out)]) == 0
+    again = json.loads(out.read_text())
+    assert again["over_seeds"] == pooled and again["machine"] == {"note": "grading"}
+    assert "cot_dfs_s0 - cot_dfs_logic-gpt2-search_s0" in again["paired"] or \
+        "cot_dfs_logic-gpt2-search_s0 - cot_dfs_s0" in again["paired"]
