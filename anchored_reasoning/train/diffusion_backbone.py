@@ -106,7 +106,7 @@ def derivation_check(model, tokenizer, n: int = 64, seed: int = 777, gen_length:
     import torch
 
     from anchored_reasoning import generators
-    from anchored_reasoning.train.backbone import _facts
+    from anchored_reasoning.train.backbone import facts_of
 
     examples = generators.generate_dataset("prosqa", n, seed=seed, split="derivation-check", **CHECK_SIZE)
     was_training = model.training
@@ -114,7 +114,7 @@ def derivation_check(model, tokenizer, n: int = 64, seed: int = 777, gen_length:
     totals = [0, 0, 0]
     with torch.no_grad():
         for ex in examples:
-            ids = torch.tensor([tokenizer(_facts(ex.question, "prosqa") + "\n")["input_ids"]])
+            ids = torch.tensor([tokenizer(facts_of(ex.question, "prosqa") + "\n")["input_ids"]])
             if getattr(model.config, "mask_token_id", None) is not None:
                 from anchored_reasoning.sampling.samplers import SamplerConfig, sample
 
