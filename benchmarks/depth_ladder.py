@@ -321,6 +321,20 @@ def main(argv=None) -> int:
     return 0
 
 
+#: setup keys two invocations must share to merge into one JSON: the same problems, backbone and trace
+SAME_EXPERIMENT = ("hops", "train_problems", "held_out_per_depth", "backbone", "trace", "step_separator")
+
+
+def setup_of(args) -> dict[str, Any]:
+    """The JSON's ``setup``: what an invocation trained and evaluated with."""
+    return {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
+            "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
+            "backbone": args.backbone, "k": K, "tokens_per_anchor": args.tokens_per_anchor,
+            "min_steps_per_stage": args.min_steps_per_stage, "trace": args.trace,
+            "step_separator": args.step_separator, "max_new_tokens": args.max_new_tokens,
+            "methods": {k: list(v) for k, v in METHODS.items()}}
+
+
 def check_mergeable(out: Path, labels: list[str], seeds: list[int], args=None) -> None:
     """A run of some seeds merges into the JSON's other seeds of the same method; that needs their
     per-problem records (``_runs``, kept since 2026-12-02), and the same problems, trace and backbone.
@@ -330,9 +344,8 @@ def check_mergeable(out: Path, labels: list[str], seeds: list[int], args=None) -
     old = json.loads(out.read_text())
     if args is not None and old.get("setup"):
         setup = {"trace": "forward", "step_separator": "\n", **old["setup"]}
-        mine = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
-                "backbone": args.backbone, "trace": args.trace, "step_separator": args.step_separator}
-        differ = {k: (setup.get(k), v) for k, v in mine.items() if setup.get(k) != v}
+        mine = setup_of(args)
+        differ = {k: (setup.get(k), mine[k]) for k in SAME_EXPERIMENT if setup.get(k) != mine[k]}
         if differ:
             raise SystemExit(f"{out} holds a ladder with other settings ({', '.join(f'{k}: {a!r} there, {b!r} here' for k, (a, b) in differ.items())}); "
                              "write to another --out")
@@ -392,12 +405,7 @@ def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int
         merged["chance"] = 0.5
         merged["_held_out_hops"] = hops  # what --regoal reads instead of regenerating the problems
         if runs:  # --regoal passes none: the runs' own setup, machine, date and commands stay as they were
-            merged["setup"] = {"hops": args.hops, "train_problems": args.train_n, "held_out_per_depth": args.eval_n,
-                               "train_steps_per_run": args.train_steps, "batch_size": args.batch_size, "lr": args.lr,
-                               "backbone": args.backbone, "k": K, "tokens_per_anchor": args.tokens_per_anchor,
-                               "min_steps_per_stage": args.min_steps_per_stage, "trace": args.trace,
-                               "step_separator": args.step_separator, "max_new_tokens": args.max_new_tokens,
-                               "methods": {k: list(v) for k, v in METHODS.items()}}
+            merged["setup"] = setup_of(args)
             merged["machine"] = machine_info(torch_threads=args.threads,
                                              **({"note": args.machine_note} if args.machine_note else {}))
             merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
