@@ -107,23 +107,45 @@ def logic_nodes(steps: Sequence[str]) -> list[str]:
     back-up step (``Back to terpus.``, the ``dfs`` trace of :mod:`anchored_reasoning.generators.traces`)
     names a node already visited and adds none, so the nodes of a written search are those it visited.
     """
-    found: list[str] = []
+    return _dedupe(node for nodes in _sentence_nodes(steps) for node in nodes)
+
+
+def logic_walk(steps: Sequence[str]) -> list[str]:
+    """The node each sentence of a ProntoQA/ProsQA trace arrives at, after the first one's subject: the
+    walk, one node per step. Unlike :func:`logic_nodes` a node comes back each time the walk returns to
+    it, so a written search's back-up (``Back to terpus.``) gives ``terpus`` again; on a proof, whose
+    steps each add one node, the two are the same list. A sentence that restates the node the walk is at
+    (ProntoQA's ``Stella is a gorpus.`` after ``Zumpuses are gorpuses.``) adds nothing.
+
+    >>> logic_walk(["Rex is a rempus.", "Every rempus is a impus.", "Back to rempus.", "Every rempus is a lempus."])
+    ['Rex', 'rempus', 'impus', 'rempus', 'lempus']
+    """
+    walk: list[str] = []
+    for nodes in _sentence_nodes(steps):
+        for node in nodes if not walk else nodes[-1:]:
+            if not walk or node != walk[-1]:  # a sentence restating where the walk is ("Stella is a gorpus.")
+                walk.append(node)
+    return walk
+
+
+def _sentence_nodes(steps: Sequence[str]) -> Iterable[list[str]]:
+    """Per sentence of the trace, its nodes in order (a back-up step: the node it returns to)."""
     for step in steps:
         for sentence in re.split(r"(?<=[.!?])\s+", step):
-            if BACK_UP.fullmatch(sentence.strip()):
+            back = BACK_UP.fullmatch(sentence.strip())
+            if back:
+                yield [back.group(1)]
                 continue
             words = _WORD.findall(sentence)
+            nodes = []
             for i, word in enumerate(words):
                 if word.lower() in LOGIC_STOPWORDS:
                     continue
                 # An entity is capitalised; a sentence-initial capital is an entity only when a
                 # singular "is" follows ("Zumpuses are gorpuses." starts with a plural concept).
                 nxt = words[i + 1].lower() if i + 1 < len(words) else ""
-                if word[0].isupper() and (i > 0 or nxt == "is"):
-                    found.append(word)
-                else:
-                    found.append(singular(word).lower())
-    return _dedupe(found)
+                nodes.append(word if word[0].isupper() and (i > 0 or nxt == "is") else singular(word).lower())
+            yield nodes
 
 
 def logic_anchors(steps: Sequence[str], max_anchors: int | None = 6) -> list[str]:

@@ -24,6 +24,8 @@ hidden ablations):
     stepwise          stepwise CoT removal (iCoT-style), no slots
     anchor_chain      the anchors decoded as a terse chain ("Tom terpus lempus"), then the answer (not the
                       paper's ACoT: its slots are never decoded; benchmarks/acot_slots.py says why it matters)
+    anchor_walk       anchor_chain with the node each step arrives at, so a written search's back-ups stay
+                      ("Rex rempus impus rempus lempus"): with ``--trace dfs``, the search in anchors only
 
 ``--trace dfs`` trains every method on the depth-first search from the asked entity instead of the proof
 (``generators.traces``; steps joined by a space, as the search backbone was pretrained), and reads each
@@ -33,7 +35,7 @@ loss curve of every run is kept in the JSON, so whether a run converged can be r
 Writes ``benchmarks/results/depth_ladder.json`` (merged under a lock: one process per core can run
 disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused and killed ones resume: rerun
 the same command; a work folder holding a run with other settings is refused with the keys that differ.
-``goals`` holds the paired comparisons per depth (CoT - No-CoT, anchor_chain - CoT, the paper's hidden
+``goals`` holds the paired comparisons per depth (CoT - No-CoT, anchor_chain / anchor_walk - CoT, the paper's hidden
 ablations: ACoT - pause_as_thought, ACoT - acot_keep, ACoT - stepwise, pause_as_thought - pause) and the
 issue's goal check; ``--regoal`` recomputes them and the plot from the kept runs without training
 (the held-out problems' hop counts are kept in the JSON as ``_held_out_hops``).
@@ -66,6 +68,8 @@ METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "acot_keep": ("acot", {"k": K}, True),
     "stepwise": ("stepwise", {"stages": K, "remove_steps_per_stage": 1}, True),
     "anchor_chain": ("anchor_chain", {}, False),
+    # the chain with a search's back-ups kept (one node per step): the written search's anchors
+    "anchor_walk": ("anchor_chain", {"revisits": True}, False),
 }
 #: (a, b) pairs compared per depth in ``goals["ablations"]``
 ABLATIONS = (("acot", "pause_as_thought"), ("acot", "acot_keep"), ("acot", "stepwise"), ("pause_as_thought", "pause"))
@@ -138,7 +142,8 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     pr = demo.probe(str(ckpt), swapped, run_dir, args.max_new_tokens, hops)
     records = load_records(ev["records"])
     # the written steps read back against each graph: a proof as a walk, a search replayed step by step
-    read_back = {"search": searches(records, held, hops)} if args.trace == "dfs" else {
+    read_back = {"search": searches(records, held, hops, "walk" if label == "anchor_walk" else "dfs")} \
+        if args.trace == "dfs" else {
         "chains": chain_summary(records, held, hops)}
     return {
         "seed": seed, "steps": summary["global_steps"], "train_seconds": summary["train_seconds"],
@@ -153,14 +158,14 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     }
 
 
-def searches(records: list[dict[str, Any]], held: list, hops: dict[str, int]) -> dict[str, Any]:
-    """A dfs run's searches replayed per depth (``eval.search_probe``): the share that reached the answer by
-    legal steps, that were exact, and whose answer names where the search ended."""
+def searches(records: list[dict[str, Any]], held: list, hops: dict[str, int], form: str = "dfs") -> dict[str, Any]:
+    """A dfs run's searches (written in ``form``: ``eval.search_probe.FORMS``) replayed per depth: the share
+    that reached the answer by legal steps, that were exact, and whose answer names where the search ended."""
     from anchored_reasoning.eval.search_probe import search_summary
 
     out = {}
     for h in sorted({hops[ex.id] for ex in held}):
-        s = search_summary(records, [ex for ex in held if hops[ex.id] == h])
+        s = search_summary(records, [ex for ex in held if hops[ex.id] == h], form)
         n = max(1, s["n"])
         out[str(h)] = {"n": s["n"], "legal_to_answer": s["reached_answer"] / n, "exact": s["exact"] / n,
                        "answer_follows_search": s["answer_follows_search"] / max(1, s["reached_answer"]),
@@ -221,13 +226,15 @@ def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
     # does emitting the steps pay where one pass is not enough? paired, per depth
     extra = {"cot_minus_nocot": {h: paired(results["cot"], results["nocot"], hops, h) for h in depths}} \
         if {"cot", "nocot"} <= set(results) else {}
-    # the anchors decoded (anchor_chain) against the full chain and against one pass, with the token ratio
-    for base in ("cot", "nocot"):
-        if {"anchor_chain", base} <= set(results):
-            extra[f"anchor_chain_minus_{base}"] = {
-                h: {**paired(results["anchor_chain"], results[base], hops, h),
-                    "token_ratio": results["anchor_chain"]["by_hops"][h]["tokens"] / results[base]["by_hops"][h]["tokens"]}
-                for h in depths}
+    # the anchors decoded (anchor_chain, anchor_walk) against the full chain and against one pass, with the
+    # token ratio
+    for chain in ("anchor_chain", "anchor_walk"):
+        for base in ("cot", "nocot"):
+            if {chain, base} <= set(results):
+                extra[f"{chain}_minus_{base}"] = {
+                    h: {**paired(results[chain], results[base], hops, h),
+                        "token_ratio": results[chain]["by_hops"][h]["tokens"] / results[base]["by_hops"][h]["tokens"]}
+                    for h in depths}
     # the paper's hidden ablations, per depth: the anchors under ACoT's own curriculum (pause_as_thought),
     # step removal (acot_keep keeps the steps), slots at all (stepwise removes steps without them), and
     # ACoT's curriculum for plain pause tokens

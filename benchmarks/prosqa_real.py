@@ -129,7 +129,7 @@ def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str
     if trace == "options_backward":
         return backward_chains(test, records)
     if trace in ("dfs", "dfs_paths"):  # a written search: replayed, its first error named
-        return search_summary(records, test, paths=trace == "dfs_paths")
+        return search_summary(records, test, form=trace)
     return chain_summary(records, test, hops)
 
 

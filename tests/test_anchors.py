@@ -13,6 +13,8 @@ from anchored_reasoning.anchors import (
     generic_anchors,
     gsm8k_anchors,
     logic_anchors,
+    logic_nodes,
+    logic_walk,
     numbers_in,
 )
 from anchored_reasoning.errors import ConfigError
@@ -99,6 +101,18 @@ def test_a_written_search_anchors_on_the_concepts_it_visited():
     assert logic_anchors(steps, None) == ["Carol", "rompus", "jompus", "zhorpus", "tumpus"]
     assert logic_anchors(["Carol is a rompus. Every rompus is a lempus. Back to rompus. Every rompus is a tumpus."]) == [
         "Carol", "rompus", "lempus", "tumpus"]
+
+
+def test_the_walk_keeps_a_searchs_back_ups_and_equals_the_nodes_on_a_proof():
+    steps = ["Carol is a rompus.", "Every rompus is a jompus.", "Every jompus is a zhorpus.", "Back to jompus.",
+             "Back to rompus.", "Every rompus is a tumpus."]
+    assert logic_walk(steps) == ["Carol", "rompus", "jompus", "zhorpus", "jompus", "rompus", "tumpus"]
+    proof = ["Tom is a terpus.", "Every terpus is a brimpus.", "Every brimpus is a lempus."]
+    assert logic_walk(proof) == logic_nodes(proof) == ["Tom", "terpus", "brimpus", "lempus"]
+    # ProntoQA restates where the walk is before the next rule: no node twice in a row
+    pronto = ["Stella is a zumpus. Zumpuses are gorpuses.", "Stella is a gorpus. Every gorpus is floral."]
+    assert logic_walk(pronto) == ["Stella", "zumpus", "gorpus", "floral"]
+    assert logic_walk([]) == []
 
 
 # ------------------------------------------------------------------------ generic rule

@@ -91,6 +91,19 @@ def test_goals_pair_the_papers_ablations_per_depth_and_regoal_keeps_the_runs(tmp
     assert {k: v for k, v in after.items() if k != "goals"} == {k: v for k, v in before.items() if k != "goals"}
 
 
+def test_goals_pair_both_decoded_chains_with_cot_and_their_token_ratio(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    out = tmp_path / "ladder.json"
+    every, half = set(HOPS), {i for i in HOPS if HOPS[i] == 1}
+    walk = {**fake_run(0, every), "tokens_by_hops": {"1": 1.0, "2": 2.0}}
+    ladder._write(out, {"cot": [fake_run(0, half)], "anchor_walk": [walk]}, HOPS, args_for([0]), 0.0)
+    goals = json.loads(out.read_text())["goals"]
+    assert "anchor_chain_minus_cot" not in goals  # only what ran
+    pair = goals["anchor_walk_minus_cot"]
+    assert pair["2"]["diff"] == pytest.approx(1.0) and pair["1"]["diff"] == pytest.approx(0.0)
+    assert pair["1"]["token_ratio"] == pytest.approx(1 / 5) and pair["2"]["token_ratio"] == pytest.approx(2 / 5)
+
+
 def test_regoal_reads_the_held_out_hops_from_the_json_instead_of_regenerating(tmp_path, monkeypatch):
     monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
     out = tmp_path / "ladder.json"
@@ -169,3 +182,8 @@ def test_the_ladder_on_the_written_search_trains_on_it_and_replays_the_searches(
         assert s["n"] == 2 and 0.0 <= s["legal_to_answer"] <= 1.0 and sum(s["first_error"].values()) == 2
     agg = ladder.aggregate([run], hops)
     assert "search_legal_to_answer" in agg["by_hops"]["1"] and agg["by_hops"]["1"]["chains"] is None
+    # the search in anchors only: trained with back-ups kept, its chains replayed as walks
+    walk = ladder.run_one("anchor_walk", 0, train, held, binding_probe_examples(held), hops, args)
+    saved = json.loads((tmp_path / "anchor_walk" / "seed0" / "model" / "anchored_reasoning.json").read_text())
+    assert saved["method"] == "anchor_chain" and saved["method_options"]["revisits"] is True
+    assert sum(walk["search"]["2"]["first_error"].values()) == 2

@@ -303,6 +303,24 @@ def test_anchor_chain_decodes_the_anchors_then_answers():
         get_method("anchor_chain", style="trained", max_anchors=0)
 
 
+def test_anchor_chain_with_revisits_writes_a_searchs_walk():
+    """``revisits``: the node each step arrives at, so the chain keeps a written search's back-ups."""
+    search = Example(id="s", question="Facts. Is Tom a gorpus or lempus?", answer="Tom is a lempus.",
+                     steps=["Tom is a terpus.", "Every terpus is a gorpus.", "Back to terpus.", "Every terpus is a lempus."])
+    walk = get_method("anchor_chain", style="trained", revisits=True)
+    assert walk.render(search, "prosqa").target == "Tom terpus gorpus terpus lempus" + EOA + "\n### Tom is a lempus."
+    assert get_method("anchor_chain", style="trained").render(search, "prosqa").target.startswith("Tom terpus gorpus lempus" + EOA)
+    # on a proof the walk is the chain; max_anchors caps it the same way
+    assert walk.render(prosqa_example(), "prosqa").target == get_method("anchor_chain", style="trained").render(
+        prosqa_example(), "prosqa").target
+    assert get_method("anchor_chain", style="trained", revisits=True, max_anchors=3).render(search, "prosqa").target.startswith(
+        "Tom terpus gorpus" + EOA)
+    with pytest.raises(ConfigError, match="revisits"):
+        walk.render(gsm8k_example(), "gsm8k")
+    with pytest.raises(ConfigError, match="revisits"):
+        get_method("anchor_chain", style="trained", revisits="yes")
+
+
 @pytest.mark.parametrize("task", sorted(EXAMPLES))
 def test_gold_targets_grade_correct(task):
     grader = get_task(task)

@@ -1,9 +1,10 @@
-"""A written depth-first search (the ``dfs`` and ``dfs_paths`` ProsQA traces) replayed against the problem.
+"""A written depth-first search (the ``dfs`` and ``dfs_paths`` ProsQA traces, or the search's walk as a chain
+of nodes, ``walk``: the ``anchor_chain`` method with ``revisits``) replayed against the problem.
 
 ``replay(example, completion)`` walks the model's steps from the asked entity the way the trace's search
 would (``generators.traces.prosqa_dfs``): a step down must be a fact of the question from the current
-concept to a concept not yet visited, a step back (``Back to <parent>.``, or the path line without its last
-node) must leave a concept with no unvisited child for its parent. The first step that breaks a rule is
+concept to a concept not yet visited, a step back (``Back to <parent>.``, the path line without its last
+node, or in a walk the parent's name) must leave a concept with no unvisited child for its parent. The first step that breaks a rule is
 named, so a wrong answer can be put down to where the search went wrong:
 
 - ``made_up``: a step down along no fact of the question (or from a concept that is not the current one);
@@ -29,13 +30,19 @@ from anchored_reasoning.types import Example
 
 _DOWN = re.compile(r"(?:Every )?(\w+) is a (\w+)\.")
 ERRORS = ("made_up", "revisit", "backed_up_early", "wrong_parent", "unparsed", "ran_on", "stopped_short")
+#: how the search is written: the ``dfs`` trace's sentences, the ``dfs_paths`` trace's path lines, or the
+#: walk's nodes separated by spaces (``Rex rempus impus rempus lempus``)
+FORMS = ("dfs", "dfs_paths", "walk")
 
 
-def _moves(sentences: Sequence[str], stack: list[str], paths: bool):
-    """Yields ("down", parent, child), ("back", to) or ("unparsed", text) per sentence; ``stack`` is read,
-    not changed, so path lines are compared with the path as the replay leaves it."""
+def _moves(sentences: Sequence[str], stack: list[str], form: str):
+    """Yields ("down", parent, child), ("back", to) or ("unparsed", text) per sentence (per node of a walk);
+    ``stack`` is read, not changed, so path lines are compared with the path as the replay leaves it."""
     for sent in sentences:
-        if paths:
+        if form == "walk":  # a node: back when it names the parent, otherwise a step down to it
+            yield ("back", sent) if len(stack) > 1 and sent == stack[-2] else ("down", stack[-1], sent)
+            continue
+        if form == "dfs_paths":
             nodes = sent[:-1].split()
             if nodes[:-1] == stack and len(nodes) == len(stack) + 1:
                 yield "down", stack[-1], nodes[-1]
@@ -53,18 +60,28 @@ def _moves(sentences: Sequence[str], stack: list[str], paths: bool):
             yield "unparsed", sent
 
 
-def replay(example: Example, completion: str, paths: bool = False) -> dict[str, Any]:
-    """The model's search for one ProsQA problem (module doc): steps written, legal steps, the first error,
-    the concept the search ended at, steps out of the question's order, and whether it equals the trace."""
+def replay(example: Example, completion: str, form: str = "dfs") -> dict[str, Any]:
+    """The model's search for one ProsQA problem (module doc), written in ``form`` (:data:`FORMS`): steps
+    written, legal steps, the first error, the concept the search ended at, steps out of the question's
+    order, and whether it equals the trace."""
+    from anchored_reasoning.anchors import logic_walk
     from anchored_reasoning.eval.probes import derivation_text
     from anchored_reasoning.generators.traces import proof_sentences, prosqa_dfs, question_order_children
 
+    if form not in FORMS:
+        raise ValueError(f"search form must be one of {FORMS}, got {form!r}")
     children = question_order_children(example)
     entity, options = example.meta["entity"], (example.meta["answer_concept"], example.meta["neg_concept"])
-    sentences = proof_sentences(derivation_text(completion))
+    if form == "walk":
+        sentences = [w.strip(".,") for w in derivation_text(completion).split()]
+        sentences = sentences[1:] if sentences[:1] == [entity] else sentences  # the walk starts at the entity
+        gold = logic_walk(prosqa_dfs(example))[1:]
+    else:
+        sentences = proof_sentences(derivation_text(completion))
+        gold = prosqa_dfs(example, paths=form == "dfs_paths")
     stack, seen = [entity], {entity}
     legal, out_of_order, error = 0, 0, None
-    for move in _moves(sentences, stack, paths):
+    for move in _moves(sentences, stack, form):
         if stack[-1] in options:
             error = "ran_on"
             break
@@ -94,10 +111,10 @@ def replay(example: Example, completion: str, paths: bool = False) -> dict[str, 
     if error is None:
         error = "none" if stack[-1] in options else "stopped_short"
     return {"steps": len(sentences), "legal_steps": legal, "first_error": error, "ended_at": stack[-1],
-            "out_of_order": out_of_order, "exact": sentences == prosqa_dfs(example, paths=paths)}
+            "out_of_order": out_of_order, "exact": sentences == gold}
 
 
-def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example], paths: bool = False) -> dict[str, Any]:
+def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example], form: str = "dfs") -> dict[str, Any]:
     """Replays every first-sample record of ``examples`` (by id): how many searches were exact, reached the
     answer by legal steps, the first errors, and whether the answer follows the search (where it reached
     an option, the extracted answer names it)."""
@@ -110,7 +127,7 @@ def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example
         ex = by_id.get(rec.get("id"))
         if ex is None or rec.get("sample", 0):
             continue
-        r = replay(ex, rec.get("completion") or "", paths)
+        r = replay(ex, rec.get("completion") or "", form)
         out["n"] += 1
         out["exact"] += r["exact"]
         out["steps"] += r["steps"]

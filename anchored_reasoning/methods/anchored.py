@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from anchored_reasoning.anchors import extract_anchors
+from anchored_reasoning.anchors import extract_anchors, logic_walk
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.methods import Rendered, register_method
 from anchored_reasoning.types import Example, Prompt
@@ -372,12 +372,16 @@ class AnchorChain(TrainedMethod):
     #: last step before it (``Stella is not floral.``), as CoT ends: with the chain alone the True/False
     #: read-out was not learnt (every answer "False") although 88% of the chains were exactly right.
     conclusion: bool = True
+    #: ProsQA/ProntoQA: write the node each step arrives at (``anchors.logic_walk``) instead of each node
+    #: once, so a written search's back-ups stay in the chain (``Rex rempus impus rempus lempus``): every
+    #: next node is then a child or the parent of the one before, as in the search it abbreviates.
+    revisits: bool = False
 
     def __post_init__(self) -> None:
         m = self.max_anchors
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
             raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
-        for key in ("negation", "conclusion"):
+        for key in ("negation", "conclusion", "revisits"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"method anchor_chain: option {key} must be true or false, got {getattr(self, key)!r}")
         super().__post_init__()
@@ -385,7 +389,7 @@ class AnchorChain(TrainedMethod):
     def render(self, example: Example, task: Any = None) -> Rendered:
         name = task_name_of(task, example)
         prompt = (example.question or "").strip() + "\n" + BOA
-        anchors = extract_anchors(example, name, max_anchors=self.max_anchors)
+        anchors = self._walk(example, name) if self.revisits else extract_anchors(example, name, max_anchors=self.max_anchors)
         steps = self.steps_of(example)
         if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
             anchors[-1] = "not " + anchors[-1]
@@ -393,6 +397,12 @@ class AnchorChain(TrainedMethod):
         if self.conclusion and name == "prontoqa" and steps:
             chain += steps[-1] + "\n"
         return Rendered(prompt=prompt, target=chain + answer_line(example, name), anchors=[])
+
+    def _walk(self, example: Example, name: str | None) -> list[str]:
+        if name not in ("prosqa", "prontoqa"):
+            raise ConfigError(f"method anchor_chain: option revisits needs a ProsQA/ProntoQA trace, not task {name!r}")
+        walk = logic_walk([s for s in example.steps or [] if isinstance(s, str) and s.strip()])
+        return walk[: self.max_anchors] if self.max_anchors is not None else walk
 
 
 TRAINED_METHODS: dict[str, type[TrainedMethod]] = {
