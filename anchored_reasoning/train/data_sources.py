@@ -21,7 +21,9 @@ named one way resumes only on data named the same way.
 """
 from __future__ import annotations
 
+import functools
 import importlib
+from pathlib import Path
 from typing import Any, Mapping
 
 from anchored_reasoning.errors import ConfigError, DataError
@@ -131,7 +133,16 @@ def _exclude(examples: list[Example], spec: Mapping[str, Any], task_name: str | 
         return examples
     if not task_name:
         raise ConfigError(f"{where}.exclude_split needs a top-level 'task' in the recipe")
+    from anchored_reasoning.resources import data_dir
+
+    held = _split_questions(task_name, str(name), data_dir(spec.get("data_dir")))  # the folder, resolved: the key
+    return [e for e in examples if e.question not in held]
+
+
+@functools.lru_cache(maxsize=8)
+def _split_questions(task_name: str, split: str, folder: Path | None) -> frozenset[str]:
+    """The questions of a task's split, read once per process and folder (a mix excludes the same split per
+    source)."""
     from anchored_reasoning.tasks import get_task
 
-    held = {e.question for e in get_task(task_name).load(str(name), data_dir=spec.get("data_dir"))}
-    return [e for e in examples if e.question not in held]
+    return frozenset(e.question for e in get_task(task_name).load(split, data_dir=folder))
