@@ -189,6 +189,7 @@ def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dic
     for the question's "Each rompus is an impus.") counts as right there: the concept chain, as
     ``anchor_chain_report`` reads a bare chain.
     """
+    from anchored_reasoning.eval.probes import derivation_text
     from anchored_reasoning.generators.traces import apply_trace, proof_sentences, prontoqa_rules
 
     by_id = {ex.id: ex for ex in examples}
@@ -196,7 +197,7 @@ def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dic
     for r in records:
         ex = by_id[r["id"]]
         gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in proof_sentences(step)]
-        written = proof_sentences(r["completion"].split("[EoR]")[0].split("###")[0])
+        written = proof_sentences(derivation_text(r["completion"]))
         proofs.append((gold, written, set(prontoqa_rules(ex.question)), r["correct"]))
 
     def rule(sentence: str):
