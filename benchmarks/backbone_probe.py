@@ -80,6 +80,8 @@ def probe_set(backend, held: list, max_new_tokens: int = 64) -> dict:
     from anchored_reasoning.eval.probes import SWAP_SUFFIX, binding_probe_examples, chain_check, derivation_steps, prosqa_children
     from anchored_reasoning.eval.metrics import mean_ci
     from anchored_reasoning.eval.search_probe import replay
+    from anchored_reasoning.generators.traces import proof_sentences
+    from anchored_reasoning.train.backbone import facts_of
 
     swapped = {e.id[: -len(SWAP_SUFFIX)]: e for e in binding_probe_examples(held)}
     held = [e for e in held if e.id in swapped]
@@ -90,7 +92,7 @@ def probe_set(backend, held: list, max_new_tokens: int = 64) -> dict:
            "right": 0, "same_under_swap": 0, "answer_right": 0, "answer_flips": 0}
     branches, errors, branch_steps, searches, right = [], {}, {}, {}, []
     for e, t, ts in zip(held, texts, swapped_texts):
-        facts = {f.strip() + "." for f in e.question[: e.question.rfind(" Is ")].split(".") if f.strip()}
+        facts = set(proof_sentences(facts_of(e.question, "prosqa")))
         steps = _steps(t)
         row["entity_first"] += bool(steps) and steps[0].startswith(e.meta["entity"] + " ")
         row["first_step_is_a_fact"] += bool(steps) and steps[0] in facts

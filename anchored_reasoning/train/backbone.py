@@ -129,8 +129,10 @@ def qa_document(example, task: str, rng: random.Random | None = None) -> str:
     the same headed by their objects, ``"<object>: <fact>"`` -- each a lookup of the subject from the object;
     ``prosqa_back``: the derivation is the ``options_backward`` trace; ``prosqa_dfs``: the ``dfs`` trace)."""
     if task in ("drill", "rdrill"):
+        from anchored_reasoning.generators.traces import proof_sentences
+
         head = facts_of(example.question, "prosqa")
-        facts = [f.strip() + "." for f in head.split(".") if f.strip()]
+        facts = proof_sentences(head)
         pick = (rng or random.Random(0)).sample(facts, min(6, len(facts)))
         if task == "rdrill":
             pick = [f"{f[:-1].split()[-1]}: {f}" for f in pick]
