@@ -121,15 +121,16 @@ def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]
     return counts
 
 
-def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str, int]) -> dict[str, Any]:
-    """The written steps read against each graph, the way the run's trace writes them."""
+def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str, int], walk: bool = False) -> dict[str, Any]:
+    """The written steps read against each graph, the way the run's trace writes them (``walk``: a search
+    written as the nodes it walks, the anchor chain with ``revisits``)."""
     from anchored_reasoning.eval.probes import chain_summary
     from anchored_reasoning.eval.search_probe import search_summary
 
     if trace == "options_backward":
         return backward_chains(test, records)
     if trace in ("dfs", "dfs_paths"):  # a written search: replayed, its first error named
-        return search_summary(records, test, form=trace)
+        return search_summary(records, test, form="walk" if walk and trace == "dfs" else trace)
     return chain_summary(records, test, hops)
 
 
@@ -151,12 +152,19 @@ def last_validation(run: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+#: the recipe's learning rate: another one is named in the entry's key
+RECIPE_LR = 1e-3
+
+
 def entry_key(entry: dict[str, Any]) -> str:
-    """``<method>[_<trace>][_<backbone>]_s<seed>``: the trace when not forward, the backbone's folder name when
-    it is not the recipe's ``logic-gpt2-shift``."""
+    """``<method>[_walk][_<trace>][_<backbone>][_lr<lr>]_s<seed>``: ``walk`` for an anchor chain with
+    ``revisits``, the trace when not forward, the backbone's folder name when it is not the recipe's
+    ``logic-gpt2-shift``, the learning rate when not the recipe's."""
+    walk = "_walk" if (entry.get("method_options") or {}).get("revisits") else ""
     trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
     model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name
-    return f"{entry['method']}{trace}{model}_s{entry['seed']}"
+    lr = "" if entry.get("lr") in (None, RECIPE_LR) else f"_lr{entry['lr']:g}"
+    return f"{entry['method']}{walk}{trace}{model}{lr}_s{entry['seed']}"
 
 
 def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -192,6 +200,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
     recipe = config["recipe"]
     max_new = int(recipe["training"].get("generation_max_new_tokens") or 112)
     trace = recipe["data"]["train"].get("trace") or "forward"
+    options = recipe["method"].get("options") or {}
     test = get_task("prosqa").load("test", limit=limit)
     hops = {ex.id: hops_of(ex) for ex in test}
     found = last_validation(run)
@@ -210,7 +219,8 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
     held_records = load_records(run / "eval_heldout" / "records.jsonl")
     return {
         "method": recipe["method"]["name"], "seed": int(recipe.get("seed", 0)), "run": str(run),
-        "model": recipe["model"]["name"], "train_n": len(train),
+        "model": recipe["model"]["name"], "train_n": len(train), "method_options": options,
+        "lr": float(recipe["training"]["learning_rate"]),
         "train_steps": config.get("completed_step") or config.get("last_checkpoint_step"),
         "real_test": {**accuracy_ci(list(map(float, correct.values()))), "chance": 0.5,
                       "tokens": round(sum(tokens) / max(len(tokens), 1), 2), "records": str(found),
@@ -220,7 +230,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
                                   for h, v in accuracy_by(records, hops).items()}},
         "shortcut": shortcut_split(test, correct),
         "trace": trace,
-        "chains": chains(trace, test, records, hops),
+        "chains": chains(trace, test, records, hops, walk=bool(options.get("revisits"))),
         "binding_probe": {"flip_rate": round(probe["flip_rate"]["mean"], 4),
                           "swap_accuracy": round(probe["swap_accuracy"]["mean"], 4),
                           "both_right": round(probe["both_right"]["mean"], 4),
@@ -254,6 +264,7 @@ def main(argv=None) -> int:
     for run in args.run:
         entry = grade_run(Path(run), args.heldout, args.limit)
         entry["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        entry["machine"] = machine_info(note=args.machine_note)  # the top-level one is the last grading's
         graded[entry_key(entry)] = entry
         print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test")}, default=str)[:400], flush=True)
     out = Path(args.out)

@@ -56,6 +56,12 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
     assert prosqa_real.entry_key({**base, "trace": "options_backward"}) == "cot_options_backward_s2"
     other = {**base, "trace": "options_backward", "model": "/work/runs/backbone_back"}
     assert prosqa_real.entry_key(other) == "cot_options_backward_backbone_back_s2"
+    # a learning rate other than the recipe's, and the anchor chain written as a walk, are named too
+    assert prosqa_real.entry_key({**base, "lr": 1e-3}) == "cot_s2"
+    assert prosqa_real.entry_key({**base, "trace": "dfs", "model": "logic-gpt2-search", "lr": 1e-4}) == \
+        "cot_dfs_logic-gpt2-search_lr0.0001_s2"
+    walk = {**base, "method": "anchor_chain", "trace": "dfs", "method_options": {"revisits": True}}
+    assert prosqa_real.entry_key(walk) == "anchor_chain_walk_dfs_s2"
 
 
 def test_a_search_trace_is_replayed_and_a_path_trace_read_as_paths():
@@ -67,6 +73,13 @@ def test_a_search_trace_is_replayed_and_a_path_trace_read_as_paths():
                     "extracted": ex.meta["answer_concept"], "correct": True} for ex in test]
         got = prosqa_real.chains(trace, test, records, {ex.id: 1 for ex in test})
         assert got["n"] == 4 and got["exact"] == 4 and got["answer_follows_search"] == 4, (trace, got)
+    # the anchor chain with revisits writes the search's walk: replayed node by node
+    from anchored_reasoning.anchors import logic_walk
+
+    records = [{"id": ex.id, "sample": 0, "completion": " ".join(logic_walk(prosqa_dfs(ex))) + "[EoA]\n### x",
+                "extracted": ex.meta["answer_concept"], "correct": True} for ex in test]
+    got = prosqa_real.chains("dfs", test, records, {ex.id: 1 for ex in test}, walk=True)
+    assert got["exact"] == 4 and got["first_error"]["none"] == 4
 
 
 def test_runs_differing_only_in_seed_are_pooled_over_problems(tmp_path):
