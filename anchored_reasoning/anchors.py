@@ -25,7 +25,6 @@ import dataclasses
 import re
 from typing import Callable, Hashable, Iterable, Sequence, TypeVar
 
-from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.generators.traces import BACK_UP
 from anchored_reasoning.types import Example
 
