@@ -4,8 +4,8 @@ of nodes, ``walk``: the ``anchor_chain`` method with ``revisits``) replayed agai
 ``replay(example, completion)`` walks the model's steps from the asked entity the way the trace's search
 would (``generators.traces.prosqa_dfs``): a step down must be a fact of the question from the current
 concept to a concept not yet visited, a step back (``Back to <parent>.``, the path line without its last
-node, or in a walk the parent's name) must leave a concept with no unvisited child for its parent. The first step that breaks a rule is
-named, so a wrong answer can be put down to where the search went wrong:
+node, or in a walk the parent's name) must leave a concept with no unvisited child for its parent. The first
+step that breaks a rule is named, so a wrong answer can be put down to where the search went wrong:
 
 - ``made_up``: a step down along no fact of the question (or from a concept that is not the current one);
 - ``revisit``: a step down to a concept already visited;
