@@ -141,10 +141,12 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     ev = demo.evaluate(str(ckpt), held, run_dir / "eval_generated", args.max_new_tokens, hops=hops)
     pr = demo.probe(str(ckpt), swapped, run_dir, args.max_new_tokens, hops)
     records = load_records(ev["records"])
-    # the written steps read back against each graph: a proof as a walk, a search replayed step by step
-    read_back = {"search": searches(records, held, hops, "walk" if label == "anchor_walk" else "dfs")} \
-        if args.trace == "dfs" else {
-        "chains": chain_summary(records, held, hops)}
+    # the written steps read back against each graph: a proof as a walk, a search replayed step by step (a
+    # chain with revisits node by node, as prosqa_real reads one)
+    if args.trace == "dfs":
+        read_back = {"search": searches(records, held, hops, "walk" if options.get("revisits") else "dfs")}
+    else:
+        read_back = {"chains": chain_summary(records, held, hops)}
     return {
         "seed": seed, "steps": summary["global_steps"], "train_seconds": summary["train_seconds"],
         "stages": [summary["final_stage"], summary["stages_planned"]],

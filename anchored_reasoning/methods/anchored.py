@@ -389,8 +389,8 @@ class AnchorChain(TrainedMethod):
     def render(self, example: Example, task: Any = None) -> Rendered:
         name = task_name_of(task, example)
         prompt = (example.question or "").strip() + "\n" + BOA
-        anchors = self._walk(example, name) if self.revisits else extract_anchors(example, name, max_anchors=self.max_anchors)
         steps = self.steps_of(example)
+        anchors = self._walk(steps, name) if self.revisits else extract_anchors(example, name, max_anchors=self.max_anchors)
         if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
             anchors[-1] = "not " + anchors[-1]
         chain = " ".join(anchors) + EOA + "\n"
@@ -398,10 +398,10 @@ class AnchorChain(TrainedMethod):
             chain += steps[-1] + "\n"
         return Rendered(prompt=prompt, target=chain + answer_line(example, name), anchors=[])
 
-    def _walk(self, example: Example, name: str | None) -> list[str]:
+    def _walk(self, steps: list[str], name: str | None) -> list[str]:
         if name not in ("prosqa", "prontoqa"):
             raise ConfigError(f"method anchor_chain: option revisits needs a ProsQA/ProntoQA trace, not task {name!r}")
-        walk = logic_walk([s for s in example.steps or [] if isinstance(s, str) and s.strip()])
+        walk = logic_walk(steps)
         return walk[: self.max_anchors] if self.max_anchors is not None else walk
 
 
