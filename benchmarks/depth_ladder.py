@@ -330,8 +330,12 @@ def main(argv=None) -> int:
     return 0
 
 
-#: setup keys two invocations must share to merge into one JSON: the same problems, backbone and trace
-SAME_EXPERIMENT = ("hops", "train_problems", "held_out_per_depth", "backbone", "trace", "step_separator")
+#: setup keys two invocations must share to merge into one JSON: the same problems, backbone and trace, and
+#: the same training and generation budget (a ladder compares methods at equal steps; a longer run of one
+#: method goes to its own --out, and benchmarks/ladder_pairs.py compares across the two)
+SAME_EXPERIMENT = ("hops", "train_problems", "held_out_per_depth", "backbone", "trace", "step_separator",
+                   "train_steps_per_run", "batch_size", "lr", "k", "tokens_per_anchor", "min_steps_per_stage",
+                   "max_new_tokens")
 
 
 def setup_of(args) -> dict[str, Any]:
@@ -352,7 +356,8 @@ def check_mergeable(out: Path, labels: list[str], seeds: list[int], args=None) -
         return
     old = json.loads(out.read_text())
     if args is not None and old.get("setup"):
-        setup = {"trace": "forward", "step_separator": "\n", **old["setup"]}
+        setup = {"trace": "forward", "step_separator": "\n", **old["setup"]}  # keys added later: their defaults then
+        setup.setdefault("max_new_tokens", MAX_NEW_TOKENS[setup["trace"]])
         mine = setup_of(args)
         differ = {k: (setup.get(k), mine[k]) for k in SAME_EXPERIMENT if setup.get(k) != mine[k]}
         if differ:

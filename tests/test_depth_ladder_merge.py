@@ -187,3 +187,44 @@ def test_the_ladder_on_the_written_search_trains_on_it_and_replays_the_searches(
     saved = json.loads((tmp_path / "anchor_walk" / "seed0" / "model" / "anchored_reasoning.json").read_text())
     assert saved["method"] == "anchor_chain" and saved["method_options"]["revisits"] is True
     assert sum(walk["search"]["2"]["first_error"].values()) == 2
+
+
+def test_a_run_of_another_budget_is_not_merged_into_a_ladder(tmp_path, monkeypatch):
+    """A ladder compares methods at equal steps: a longer run of one method aimed at it stops before
+    training, naming the budget, instead of silently joining it (and rewriting its setup's step count)."""
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    out = tmp_path / "ladder.json"
+    ladder._write(out, {"cot": [fake_run(0, set(HOPS))]}, HOPS, args_for([0]), 0.0)
+    longer = args_for([0])
+    longer.train_steps, longer.lr = 40, 3e-4
+    with pytest.raises(SystemExit, match="train_steps_per_run: 10 there, 40 here.*lr: 0.001 there, 0.0003 here"):
+        ladder.check_mergeable(out, ["anchor_walk"], [0], longer)
+    old = json.loads(out.read_text())
+    del old["setup"]["max_new_tokens"]  # a JSON from before the key: its trace's default then
+    out.write_text(json.dumps(old))
+    ladder.check_mergeable(out, ["cot"], [1], args_for([1]))
+
+
+def test_ladder_pairs_compares_a_longer_run_with_a_ladder_on_the_same_problems(tmp_path, monkeypatch):
+    import ladder_pairs
+
+    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
+    base, long = tmp_path / "ladder.json", tmp_path / "long.json"
+    ladder._write(base, {"cot": [fake_run(0, set(HOPS))]}, HOPS, args_for([0]), 0.0)
+    longer = args_for([0])
+    longer.train_steps = 40
+    half = {i for i in HOPS if HOPS[i] == 1}  # right at 1 hop only
+    ladder._write(long, {"anchor_walk": [fake_run(0, half)]}, HOPS, longer, 0.0)
+    out = tmp_path / "pairs.json"
+    ladder_pairs.main(["--a", f"{long}:anchor_walk", "--b", f"{base}:cot", "--out", str(out)])
+    pair = json.loads(out.read_text())["pairs"]["anchor_walk_minus_cot"]
+    assert pair["a"]["steps"] == [10] and pair["b"]["lr"] == 1e-3  # each side's own budget (fake runs say 10)
+    assert pair["by_hops"]["1"]["diff"] == pytest.approx(0.0) and pair["by_hops"]["1"]["n"] == 4
+    assert pair["by_hops"]["2"]["diff"] == pytest.approx(-1.0) and pair["by_hops"]["2"]["token_ratio"] == pytest.approx(1.0)
+    other = args_for([0])
+    other.eval_n = 8  # other held-out problems: nothing pairs up
+    ladder._write(tmp_path / "other.json", {"cot": [fake_run(0, set(HOPS))]}, HOPS, other, 0.0)
+    with pytest.raises(SystemExit, match="held_out_per_depth: 8 vs 4"):
+        ladder_pairs.compare(f"{tmp_path / 'other.json'}:cot", f"{long}:anchor_walk")
+    with pytest.raises(SystemExit, match="no per-problem records of 'pause'"):
+        ladder_pairs.compare(f"{long}:pause", f"{base}:cot")
