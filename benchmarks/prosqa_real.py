@@ -8,7 +8,8 @@ For each run folder (its ``run_config.json`` names the method, seed and training
 
 - the real test (500 problems, 3-6 hops, two options, chance 0.5), from the trainer's end-of-training
   validation records (graded here when they are missing): accuracy with its 95% interval, by hop count,
-  tokens;
+  tokens; the answers that name no option, and how many of them the generation budget cut off, beside
+  what a right completion costs (``gold_tokens``: the run's own target on the test problems);
 - the real test's own surface shortcut beside it: the best rule of ``generators/shortcuts.py`` on the test
   ("the option less frequent in the facts", 0.66) and the model's accuracy where that rule is right and
   where it is wrong -- a model riding the rule is near 0 where it is wrong;
@@ -189,6 +190,21 @@ def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def gold_tokens(run: Path, recipe: dict[str, Any], test: list, trace: str) -> dict[str, float]:
+    """The run's own training target (its method, options and trace; final curriculum stage) on the test
+    problems, in the run's tokens: what a right completion costs, so a budget can be checked against it."""
+    from transformers import AutoTokenizer
+
+    from anchored_reasoning.generators.traces import apply_trace
+    from anchored_reasoning.methods import get_method
+
+    tok = AutoTokenizer.from_pretrained(str(run))
+    method = get_method(recipe["method"]["name"], style="trained", **(recipe["method"].get("options") or {}))
+    lengths = sorted(len(tok(method.render(ex, "prosqa").target)["input_ids"]) + 1  # + EOS
+                     for ex in apply_trace(test, "prosqa", trace))
+    return {"median": lengths[len(lengths) // 2], "max": lengths[-1]}
+
+
 def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, Any]:
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import accuracy_by, binding_probe_examples, hops_of, probe_summary
@@ -225,6 +241,10 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
         "real_test": {**accuracy_ci(list(map(float, correct.values()))), "chance": 0.5,
                       "tokens": round(sum(tokens) / max(len(tokens), 1), 2), "records": str(found),
                       "no_answer": sum(r.get("extracted") is None for r in records),
+                      # of those, cut off by the generation budget, against what a right completion costs
+                      "no_answer_cut_off": sum(r.get("extracted") is None and r.get("finish_reason") == "length"
+                                               for r in records),
+                      "max_new_tokens": max_new, "gold_tokens": gold_tokens(run, recipe, test, trace),
                       "by_hops": {h: {"accuracy": round(v["mean"], 4), "ci95": [round(v["ci_low"], 4),
                                                                                round(v["ci_high"], 4)], "n": v["n"]}
                                   for h, v in accuracy_by(records, hops).items()}},

@@ -106,3 +106,23 @@ def test_runs_differing_only_in_seed_are_pooled_over_problems(tmp_path):
     assert again["over_seeds"] == pooled and again["machine"] == {"note": "grading"}
     assert "cot_dfs_s0 - cot_dfs_logic-gpt2-search_s0" in again["paired"] or \
         "cot_dfs_logic-gpt2-search_s0 - cot_dfs_s0" in again["paired"]
+
+
+def test_gold_tokens_cost_the_runs_own_target_so_a_cut_off_can_be_read_against_it():
+    """The walk's right completion is a few anchors, the written search's a paragraph: each run's budget
+    is read against its own method and trace (the target plus EOS, in the run's tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from anchored_reasoning.generators.traces import apply_trace
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.models.zoo import resolve_model
+
+    run = Path(resolve_model("logic-gpt2-search"))
+    test = generate_dataset(12, seed=7)
+    walk = prosqa_real.gold_tokens(run, {"method": {"name": "anchor_chain", "options": {"revisits": True}}}, test, "dfs")
+    cot = prosqa_real.gold_tokens(run, {"method": {"name": "cot", "options": {"step_separator": " "}}}, test, "dfs")
+    assert walk["median"] <= walk["max"] < cot["median"] <= cot["max"]
+    tok = AutoTokenizer.from_pretrained(str(run))
+    method = get_method("anchor_chain", style="trained", revisits=True)
+    lengths = [len(tok(method.render(ex, "prosqa").target)["input_ids"]) + 1 for ex in apply_trace(test, "prosqa", "dfs")]
+    assert walk["max"] == max(lengths) and walk["median"] == sorted(lengths)[6]
