@@ -34,7 +34,9 @@ Every run has the same number of optimizer steps (``--train-steps``, equal examp
 loss curve of every run is kept in the JSON, so whether a run converged can be read off it.
 Writes ``benchmarks/results/depth_ladder.json`` (merged under a lock: one process per core can run
 disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused and killed ones resume: rerun
-the same command; a work folder holding a run with other settings is refused with the keys that differ.
+the same command; a work folder holding a run with other settings is refused with the keys that differ,
+and so is a JSON of another budget (steps, lr, batch, generation budget: a method trained longer goes to
+its own ``--out``; ``benchmarks/ladder_pairs.py`` pairs it with this ladder's methods).
 ``goals`` holds the paired comparisons per depth (CoT - No-CoT, anchor_chain / anchor_walk - CoT, the paper's hidden
 ablations: ACoT - pause_as_thought, ACoT - acot_keep, ACoT - stepwise, pause_as_thought - pause) and the
 issue's goal check; ``--regoal`` recomputes them and the plot from the kept runs without training
