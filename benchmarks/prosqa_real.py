@@ -21,7 +21,8 @@ For each run folder (its ``run_config.json`` names the method, seed and training
   ``--heldout`` per depth, seed 200, the run's training questions dropped).
 
 Runs of the same seed are paired on the real test (bootstrap over problems, exact McNemar); runs that differ
-only in their seed are pooled (``over_seeds``: the mean, and an interval over problems). Writes
+only in their seed are pooled (``over_seeds``: the mean, and an interval over problems), and two such
+groups are paired on the seeds both ran (``paired_over_seeds``). Writes
 ``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``; ``<method>_<trace>_s<seed>``
 for a run on another trace; the backbone folder's name before ``_s`` for another backbone) and ``paired``;
 a rerun replaces its own entries. Grading is greedy through the evaluation runner (``demo.evaluate``).
@@ -168,25 +169,43 @@ def entry_key(entry: dict[str, Any]) -> str:
     return f"{entry['method']}{walk}{trace}{model}{lr}_s{entry['seed']}"
 
 
-def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Entries that differ only in their seed (``<key>_s<seed>``), two seeds or more: each seed's accuracy,
-    their mean, and a 95% bootstrap interval over problems of the per-problem accuracy averaged over seeds."""
+def seed_groups(runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Entries that differ only in their seed (``<key>_s<seed>``), two seeds or more, by seed."""
     import re
-
-    from anchored_reasoning.eval.metrics import mean_ci, per_problem_over_seeds
 
     groups: dict[str, list[dict[str, Any]]] = {}
     for key, entry in sorted(runs.items()):
         groups.setdefault(re.sub(r"_s\d+$", "", key), []).append(entry)
+    return {name: sorted(entries, key=lambda e: e["seed"]) for name, entries in groups.items() if len(entries) >= 2}
+
+
+def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each group of :func:`seed_groups`: each seed's accuracy, their mean, and a 95% bootstrap interval
+    over problems of the per-problem accuracy averaged over seeds."""
+    from anchored_reasoning.eval.metrics import mean_ci, per_problem_over_seeds
+
     out = {}
-    for name, entries in groups.items():
-        if len(entries) < 2:
-            continue
-        entries = sorted(entries, key=lambda e: e["seed"])
+    for name, entries in seed_groups(runs).items():
         c = mean_ci(list(per_problem_over_seeds([e["_correct"] for e in entries]).values()))
         out[name] = {"seeds": [e["seed"] for e in entries],
                      "accuracy_by_seed": [e["real_test"]["accuracy"] for e in entries],
                      "accuracy": round(c["mean"], 4), "ci95": [round(c["ci_low"], 4), round(c["ci_high"], 4)], "n": c["n"]}
+    return out
+
+
+def paired_over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every two seed groups on the seeds both ran (two or more): the difference of the seed-averaged
+    per-problem accuracy (paired bootstrap) and an exact McNemar test on the (seed, problem) pairs."""
+    from prontoqa_mirror import paired_with
+
+    groups = {name: {e["seed"]: e["_correct"] for e in entries} for name, entries in seed_groups(runs).items()}
+    out = {}
+    for a in sorted(groups):
+        for b in sorted(groups):
+            pair = paired_with(groups[a], groups[b]) if a < b else None
+            if pair and len(pair["seeds_paired"]) >= 2:
+                pair["only_second_right"] = pair.pop("only_cot_right")
+                out[f"{a} - {b}"] = pair
     return out
 
 
@@ -301,6 +320,7 @@ def main(argv=None) -> int:
                     pair["only_second_right"] = pair.pop("only_cot_right")
                     results["paired"][f"{a} - {b}"] = pair
         results["over_seeds"] = over_seeds(runs)
+        results["paired_over_seeds"] = paired_over_seeds(runs)
         if graded:  # a recompute keeps the last grading's machine and command
             results["machine"] = machine_info(note=args.machine_note)
             results["command"] = "python benchmarks/prosqa_real.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -106,6 +106,24 @@ def test_runs_differing_only_in_seed_are_pooled_over_problems(tmp_path):
     assert again["over_seeds"] == pooled and again["machine"] == {"note": "grading"}
     assert "cot_dfs_s0 - cot_dfs_logic-gpt2-search_s0" in again["paired"] or \
         "cot_dfs_logic-gpt2-search_s0 - cot_dfs_s0" in again["paired"]
+    assert again["paired_over_seeds"] == {}  # one group of several seeds: nothing to pair it with
+
+
+def test_two_seed_groups_are_paired_on_the_seeds_both_ran():
+    """`paired_over_seeds`: a method of seeds 0-2 against another of seeds 1-2 is compared on seeds 1-2,
+    per problem averaged over them, with McNemar on the (seed, problem) pairs."""
+    def entry(seed, right):
+        return {"method": "m", "seed": seed, "real_test": {"accuracy": len(right) / 4},
+                "_correct": {f"t{i}": int(i in right) for i in range(4)}}
+
+    runs = {"walk_s0": entry(0, {0}), "walk_s1": entry(1, {0, 1, 2, 3}), "walk_s2": entry(2, {0, 1, 2}),
+            "cot_s1": entry(1, {0, 1}), "cot_s2": entry(2, {0}), "nocot_s0": entry(0, {0})}
+    pairs = prosqa_real.paired_over_seeds(runs)
+    assert list(pairs) == ["cot - walk"]  # nocot has one seed
+    got = pairs["cot - walk"]
+    assert got["seeds_paired"] == [1, 2]
+    # per problem over seeds 1-2: cot (1, .5, 0, 0), walk (1, 1, 1, .5) -> mean difference -0.5
+    assert got["diff"] == -0.5 and got["only_this_right"] == 0 and got["only_second_right"] == 4
 
 
 def test_gold_tokens_cost_the_runs_own_target_so_a_cut_off_can_be_read_against_it():
