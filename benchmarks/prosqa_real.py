@@ -193,23 +193,31 @@ def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def paired(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> dict[str, Any] | None:
+    """``prontoqa_mirror.paired_with`` (per-problem records by seed, on the seeds both ran), its second
+    side named as such; None when no seed is shared."""
+    from prontoqa_mirror import paired_with
+
+    pair = paired_with(a, b)
+    if pair:
+        pair["only_second_right"] = pair.pop("only_cot_right")
+    return pair
+
+
 def paired_over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Every two seed groups on the seeds both ran (two or more): the difference of the seed-averaged
     per-problem accuracy (paired bootstrap) and an exact McNemar test on the (seed, problem) pairs."""
-    from prontoqa_mirror import paired_with
-
     groups = {name: {e["seed"]: e["_correct"] for e in entries} for name, entries in seed_groups(runs).items()}
     out = {}
     for a in sorted(groups):
         for b in sorted(groups):
-            pair = paired_with(groups[a], groups[b]) if a < b else None
+            pair = paired(groups[a], groups[b]) if a < b else None
             if pair and len(pair["seeds_paired"]) >= 2:
-                pair["only_second_right"] = pair.pop("only_cot_right")
                 out[f"{a} - {b}"] = pair
     return out
 
 
-def gold_tokens(run: Path, recipe: dict[str, Any], test: list, trace: str) -> dict[str, float]:
+def gold_tokens(run: Path, recipe: dict[str, Any], test: list, trace: str) -> dict[str, int]:
     """The run's own training target (its method, options and trace; final curriculum stage) on the test
     problems, in the run's tokens: what a right completion costs, so a budget can be checked against it."""
     from transformers import AutoTokenizer
@@ -297,8 +305,6 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     from anchored_reasoning.machine import machine_info
-    from prontoqa_mirror import paired_with
-
     graded = {}
     for run in args.run:
         entry = grade_run(Path(run), args.heldout, args.limit)
@@ -316,9 +322,7 @@ def main(argv=None) -> int:
         for a, ea in sorted(runs.items()):
             for b, eb in sorted(runs.items()):
                 if a < b and ea["seed"] == eb["seed"]:
-                    pair = paired_with({ea["seed"]: ea["_correct"]}, {eb["seed"]: eb["_correct"]})
-                    pair["only_second_right"] = pair.pop("only_cot_right")
-                    results["paired"][f"{a} - {b}"] = pair
+                    results["paired"][f"{a} - {b}"] = paired({ea["seed"]: ea["_correct"]}, {eb["seed"]: eb["_correct"]})
         results["over_seeds"] = over_seeds(runs)
         results["paired_over_seeds"] = paired_over_seeds(runs)
         if graded:  # a recompute keeps the last grading's machine and command
