@@ -79,13 +79,19 @@ def compare(a_spec: str, b_spec: str) -> dict[str, Any]:
             "b": {"json": b_path, "method": b_label, **budget(b, b_label)}, "by_hops": by_hops}
 
 
+def pair_name(a_spec: str, b_spec: str) -> str:
+    """``<a>_minus_<b>``; the same method on both sides gets b's JSON name (``anchor_walk_minus_anchor_walk_of_depth_ladder_search``)."""
+    a, (b_path, _, b) = a_spec.rpartition(":")[2], b_spec.rpartition(":")
+    return f"{a}_minus_{b}" + (f"_of_{Path(b_path).stem}" if a == b else "")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--a", required=True, help="<ladder JSON>:<method>, the side the differences are of")
     p.add_argument("--b", required=True, action="append", help="<ladder JSON>:<method> to compare against (repeatable)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    pairs = {f"{args.a.rpartition(':')[2]}_minus_{b.rpartition(':')[2]}": compare(args.a, b) for b in args.b}
+    pairs = {pair_name(args.a, b): compare(args.a, b) for b in args.b}
     for name, c in pairs.items():
         print(name, {h: f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] x{r['token_ratio']:.2f}"
                      for h, r in c["by_hops"].items()})

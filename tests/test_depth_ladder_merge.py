@@ -228,3 +228,11 @@ def test_ladder_pairs_compares_a_longer_run_with_a_ladder_on_the_same_problems(t
         ladder_pairs.compare(f"{tmp_path / 'other.json'}:cot", f"{long}:anchor_walk")
     with pytest.raises(SystemExit, match="no per-problem records of 'pause'"):
         ladder_pairs.compare(f"{long}:pause", f"{base}:cot")
+
+
+def test_ladder_pairs_names_a_method_against_itself_by_the_other_json():
+    import ladder_pairs
+
+    assert ladder_pairs.pair_name("x/long.json:anchor_walk", "y/ladder.json:cot") == "anchor_walk_minus_cot"
+    assert ladder_pairs.pair_name("x/long.json:anchor_walk", "y/ladder.json:anchor_walk") == \
+        "anchor_walk_minus_anchor_walk_of_ladder"
