@@ -33,6 +33,7 @@ import argparse
 import datetime as dt
 import fcntl
 import json
+from itertools import combinations
 import sys
 from pathlib import Path
 from typing import Any
@@ -209,11 +210,10 @@ def paired_over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     per-problem accuracy (paired bootstrap) and an exact McNemar test on the (seed, problem) pairs."""
     groups = {name: {e["seed"]: e["_correct"] for e in entries} for name, entries in seed_groups(runs).items()}
     out = {}
-    for a in sorted(groups):
-        for b in sorted(groups):
-            pair = paired(groups[a], groups[b]) if a < b else None
-            if pair and len(pair["seeds_paired"]) >= 2:
-                out[f"{a} - {b}"] = pair
+    for a, b in combinations(sorted(groups), 2):
+        pair = paired(groups[a], groups[b])
+        if pair and len(pair["seeds_paired"]) >= 2:
+            out[f"{a} - {b}"] = pair
     return out
 
 
@@ -319,10 +319,10 @@ def main(argv=None) -> int:
         results.update(graded)
         runs = {k: v for k, v in results.items() if isinstance(v, dict) and v.get("_correct")}
         results["paired"] = {}
-        for a, ea in sorted(runs.items()):
-            for b, eb in sorted(runs.items()):
-                if a < b and ea["seed"] == eb["seed"]:
-                    results["paired"][f"{a} - {b}"] = paired({ea["seed"]: ea["_correct"]}, {eb["seed"]: eb["_correct"]})
+        for a, b in combinations(sorted(runs), 2):
+            ea, eb = runs[a], runs[b]
+            if ea["seed"] == eb["seed"]:
+                results["paired"][f"{a} - {b}"] = paired({ea["seed"]: ea["_correct"]}, {eb["seed"]: eb["_correct"]})
         results["over_seeds"] = over_seeds(runs)
         results["paired_over_seeds"] = paired_over_seeds(runs)
         if graded:  # a recompute keeps the last grading's machine and command
