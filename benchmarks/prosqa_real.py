@@ -23,8 +23,8 @@ For each run folder (its ``run_config.json`` names the method, seed and training
 Runs of the same seed are paired on the real test (bootstrap over problems, exact McNemar); runs that differ
 only in their seed are pooled (``over_seeds``: the mean, and an interval over problems), and two such
 groups are paired on the seeds both ran (``paired_over_seeds``). Writes
-``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``; ``<method>_<trace>_s<seed>``
-for a run on another trace; the backbone folder's name before ``_s`` for another backbone) and ``paired``;
+``benchmarks/results/prosqa_real_cpu.json``, one entry per run (``<method>_s<seed>``, with what sets the run
+apart from the recipe named before ``_s``: a curriculum, a walk, the trace, the backbone, the lr; ``entry_key``) and ``paired``;
 a rerun replaces its own entries. Grading is greedy through the evaluation runner (``demo.evaluate``).
 """
 from __future__ import annotations
@@ -155,19 +155,25 @@ def last_validation(run: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
-#: the recipe's learning rate: another one is named in the entry's key
-RECIPE_LR = 1e-3
+def recipe_lr() -> float:
+    """The learning rate of the recipe these runs start from (``prosqa_real_cpu``): another one is named in
+    the entry's key."""
+    from anchored_reasoning.train.recipes import load_recipe
+
+    return float(load_recipe("prosqa_real_cpu")["training"]["learning_rate"])
 
 
 def entry_key(entry: dict[str, Any]) -> str:
-    """``<method>[_walk][_<trace>][_<backbone>][_lr<lr>]_s<seed>``: ``walk`` for an anchor chain with
+    """``<method>[_curriculum][_walk][_<trace>][_<backbone>][_lr<lr>]_s<seed>``: ``curriculum`` for a run whose
+    steps a curriculum removes (the paper's pause / ACoT / stepwise), ``walk`` for an anchor chain with
     ``revisits``, the trace when not forward, the backbone's folder name when it is not the recipe's
     ``logic-gpt2-shift``, the learning rate when not the recipe's."""
+    curriculum = "_curriculum" if entry.get("curriculum") else ""
     walk = "_walk" if (entry.get("method_options") or {}).get("revisits") else ""
     trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
     model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name
-    lr = "" if entry.get("lr") in (None, RECIPE_LR) else f"_lr{entry['lr']:g}"
-    return f"{entry['method']}{walk}{trace}{model}{lr}_s{entry['seed']}"
+    lr = "" if entry.get("lr") in (None, recipe_lr()) else f"_lr{entry['lr']:g}"
+    return f"{entry['method']}{curriculum}{walk}{trace}{model}{lr}_s{entry['seed']}"
 
 
 def seed_groups(runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -264,6 +270,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
         "method": recipe["method"]["name"], "seed": int(recipe.get("seed", 0)), "run": str(run),
         "model": recipe["model"]["name"], "train_n": len(train), "method_options": options,
         "lr": float(recipe["training"]["learning_rate"]),
+        "curriculum": bool(recipe["training"].get("curriculum")),
         "train_steps": config.get("completed_step") or config.get("last_checkpoint_step"),
         "real_test": {**accuracy_ci(list(map(float, correct.values()))), "chance": 0.5,
                       "tokens": round(sum(tokens) / max(len(tokens), 1), 2), "records": str(found),
