@@ -80,6 +80,13 @@ def test_a_walk_of_nodes_replays_like_the_search_it_abbreviates(test_split):
         assert replay(ex, chain(nodes), "walk")["first_error"] == error, error
     with pytest.raises(ValueError, match="walk"):
         replay(ex, chain(walk), "chain")
+    # back-ups marked (``mark_backups``): the same search, and a marked node that is not the parent is no step down
+    marked = [f"Back {n}" if n in walk[:i] else n for i, n in enumerate(walk)]
+    assert marked[4] == "Back zhorpus"
+    r = replay(ex, chain(marked), "walk")
+    assert r["exact"] and r["first_error"] == "none" and r["legal_steps"] == len(walk) - 1
+    assert replay(ex, chain(marked[:4] + ["Back boompus"]), "walk")["first_error"] == "wrong_parent"
+    assert replay(ex, chain(marked[:3] + ["Back boompus"]), "walk")["first_error"] == "backed_up_early"
 
 
 def test_summary_counts_searches_and_whether_the_answer_follows(test_split):
@@ -95,3 +102,36 @@ def test_summary_counts_searches_and_whether_the_answer_follows(test_split):
     assert s["n"] == 2 and s["exact"] == 1 and s["reached_answer"] == 1 and s["answer_follows_search"] == 1
     assert s["first_error"]["none"] == 1 and s["first_error"]["stopped_short"] == 1
     assert s["right_when_search_reached"] == 1 and s["otherwise"] == 1 and s["right_otherwise"] == 0
+
+
+def test_where_the_first_error_falls_and_the_rate_after_each_kind_of_move(test_split):
+    """A rule broken right after a back-up is told from one after a step down; the summary divides the
+    errors after each kind of move by the moves made after it."""
+    from anchored_reasoning.anchors import logic_walk
+
+    ex = test_split[0]
+    walk = logic_walk(prosqa_dfs(ex))  # Sally boompus zhorpus tumpus zhorpus(back) ...
+
+    def chain(nodes):
+        return " ".join(nodes) + "[EoA]\n### Sally is a sterpus."
+
+    r = replay(ex, chain(walk), "walk")
+    assert r["after"] is None and r["detail"] is None  # no rule broken
+    assert sum(r["moves_after"].values()) == r["legal_steps"] == len(walk) - 1
+    back_ups = len(walk) - len(set(walk))  # each returns to a node already written; the walk ends going down
+    assert r["moves_after"]["start"] == 1 and r["moves_after"]["back"] == back_ups > 0
+    just_left = replay(ex, chain(walk[:5] + ["tumpus"]), "walk")  # back at zhorpus, down to tumpus again
+    assert (just_left["first_error"], just_left["after"], just_left["detail"]) == ("revisit", "back", "just_left")
+    assert just_left["moves_after"] == {"start": 1, "down": 3, "back": 1}
+    made_up = replay(ex, chain(walk[:3] + ["sterpus"]), "walk")  # zhorpus -> sterpus is no fact
+    assert (made_up["first_error"], made_up["after"]) == ("made_up", "down")
+    assert made_up["detail"] in ("child_of_visited", "elsewhere_in_question")
+    assert replay(ex, chain(walk[:3] + ["wugpus"]), "walk")["detail"] == "not_in_question"
+    # a child of the entity, written under zhorpus: a fact of the question from the wrong concept
+    assert replay(ex, chain(walk[:3] + ["gerpus"]), "walk")["detail"] == "child_of_visited"
+    records = [{"id": ex.id, "completion": chain(nodes), "correct": False}
+               for nodes in (walk, walk[:5] + ["tumpus"], walk[:3] + ["wugpus"])]
+    s = search_summary(records, test_split, form="walk")
+    assert s["hazard"]["back"]["errors"] == 1 and s["hazard"]["down"]["errors"] == 1 and s["hazard"]["start"]["errors"] == 0
+    assert s["hazard"]["down"]["rate"] == round(1 / s["hazard"]["down"]["moves"], 4)
+    assert s["detail"] == {"revisit:just_left:after_back": 1, "made_up:not_in_question:after_down": 1}

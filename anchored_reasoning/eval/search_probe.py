@@ -4,7 +4,7 @@ of nodes, ``walk``: the ``anchor_chain`` method with ``revisits``) replayed agai
 ``replay(example, completion)`` walks the model's steps from the asked entity the way the trace's search
 would (``generators.traces.prosqa_dfs``): a step down must be a fact of the question from the current
 concept to a concept not yet visited, a step back (``Back to <parent>.``, the path line without its last
-node, or in a walk the parent's name) must leave a concept with no unvisited child for its parent. The first
+node, or in a walk the parent's name, marked ``Back <parent>`` or not) must leave a concept with no unvisited child for its parent. The first
 step that breaks a rule is named, so a wrong answer can be put down to where the search went wrong:
 
 - ``made_up``: a step down along no fact of the question (or from a concept that is not the current one);
@@ -19,17 +19,26 @@ step that breaks a rule is named, so a wrong answer can be put down to where the
 
 A legal step down to an unvisited child other than the first in the question's order is counted
 (``out_of_order``) but is not an error: the search stays a search.
+
+Where the first error falls is kept too: ``after``, the move before it (``start``, ``down`` or ``back``), and
+per such context the moves the search made from it (``moves_after``), so ``search_summary`` gives the rate
+at which a move breaks a rule right after a step down and right after a back-up (``hazard``). A step down
+that breaks a rule is told apart further (``detail``): ``made_up`` to a child of another visited concept, to
+a concept elsewhere in the question, or to no concept of the question; ``revisit`` to the concept the search
+just backed up from or to another visited one.
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Iterable, Sequence
 
-from anchored_reasoning.generators.traces import BACK_UP
+from anchored_reasoning.generators.traces import BACK_UP, BACK_WORD
 from anchored_reasoning.types import Example
 
 _DOWN = re.compile(r"(?:Every )?(\w+) is a (\w+)\.")
 ERRORS = ("made_up", "revisit", "backed_up_early", "wrong_parent", "unparsed", "ran_on", "stopped_short")
+#: the move before a move: the first one, after a step down, after a back-up
+CONTEXTS = ("start", "down", "back")
 #: how the search is written: the ``dfs`` trace's sentences, the ``dfs_paths`` trace's path lines, or the
 #: walk's nodes separated by spaces (``Rex rempus impus rempus lempus``)
 FORMS = ("dfs", "dfs_paths", "walk")
@@ -39,8 +48,10 @@ def _moves(sentences: Sequence[str], stack: list[str], form: str):
     """Yields ("down", parent, child), ("back", to) or ("unparsed", text) per sentence (per node of a walk);
     ``stack`` is read, not changed, so path lines are compared with the path as the replay leaves it."""
     for sent in sentences:
-        if form == "walk":  # a node: back when it names the parent, otherwise a step down to it
-            yield ("back", sent) if len(stack) > 1 and sent == stack[-2] else ("down", stack[-1], sent)
+        if form == "walk":  # a node: back when marked (``Back <node>``) or when it names the parent, else down
+            marked = sent.startswith(BACK_WORD + " ")
+            node = sent[len(BACK_WORD) + 1:] if marked else sent
+            yield ("back", node) if marked or (len(stack) > 1 and node == stack[-2]) else ("down", stack[-1], node)
             continue
         if form == "dfs_paths":
             nodes = sent[:-1].split()
@@ -73,25 +84,28 @@ def replay(example: Example, completion: str, form: str = "dfs") -> dict[str, An
     children = question_order_children(example)
     entity, options = example.meta["entity"], (example.meta["answer_concept"], example.meta["neg_concept"])
     if form == "walk":
-        sentences = [w.strip(".,") for w in derivation_text(completion).split()]
+        sentences = _walk_nodes(derivation_text(completion))
         sentences = sentences[1:] if sentences[:1] == [entity] else sentences  # the walk starts at the entity
         gold = logic_walk(prosqa_dfs(example))[1:]
     else:
         sentences = proof_sentences(derivation_text(completion))
         gold = prosqa_dfs(example, paths=form == "dfs_paths")
     stack, seen = [entity], {entity}
-    legal, out_of_order, error = 0, 0, None
+    legal, out_of_order, error, detail = 0, 0, None, None
+    after, left = "start", None  # the move before this one; the concept the last back-up left
+    moves_after = dict.fromkeys(CONTEXTS, 0)
     for move in _moves(sentences, stack, form):
         if stack[-1] in options:
             error = "ran_on"
             break
+        moves_after[after] += 1
         unvisited = [c for c in children.get(stack[-1], ()) if c not in seen]
         if move[0] == "down":
             _, parent, child = move
             if parent != stack[-1] or child not in children.get(parent, ()):
-                error = "made_up"
+                error, detail = "made_up", _where(child, seen, children)
             elif child in seen:
-                error = "revisit"
+                error, detail = "revisit", "just_left" if child == left and after == "back" else "visited"
             else:
                 out_of_order += child != unvisited[0]
                 stack.append(child)
@@ -102,27 +116,55 @@ def replay(example: Example, completion: str, form: str = "dfs") -> dict[str, An
             elif len(stack) < 2 or move[1] != stack[-2]:
                 error = "wrong_parent"
             else:
-                stack.pop()
+                left = stack.pop()
         else:
             error = "unparsed"
         if error:
             break
         legal += 1
+        after = move[0] if move[0] in ("down", "back") else after
     if error is None:
-        error = "none" if stack[-1] in options else "stopped_short"
+        error, after = ("none" if stack[-1] in options else "stopped_short"), None
+    elif error == "ran_on":
+        after = None
     return {"steps": len(sentences), "legal_steps": legal, "first_error": error, "ended_at": stack[-1],
-            "out_of_order": out_of_order, "exact": sentences == gold}
+            "out_of_order": out_of_order, "after": after, "detail": detail,
+            "exact": (sentences if form != "walk" else [w.split()[-1] for w in sentences]) == gold,
+            "moves_after": moves_after}
+
+
+def _walk_nodes(text: str) -> list[str]:
+    """A walk's nodes, a marked back-up (``Back rempus``) kept as one."""
+    out: list[str] = []
+    for word in (w.strip(".,") for w in text.split()):
+        if out and out[-1] == BACK_WORD:
+            out[-1] = f"{BACK_WORD} {word}"
+        elif word:
+            out.append(word)
+    return out
+
+
+def _where(node: str, seen: set[str], children: dict[str, list[str]]) -> str:
+    """Where a made-up step went: a child of a visited concept (a fact of the question, from the wrong
+    concept), a concept of the question reached from none of them, or no concept of the question."""
+    if any(node in children.get(v, ()) for v in seen):
+        return "child_of_visited"
+    known = set(children) | {c for kids in children.values() for c in kids}
+    return "elsewhere_in_question" if node in known else "not_in_question"
 
 
 def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example], form: str = "dfs") -> dict[str, Any]:
     """Replays every first-sample record of ``examples`` (by id): how many searches were exact, reached the
     answer by legal steps, the first errors, and whether the answer follows the search (where it reached
-    an option, the extracted answer names it)."""
+    an option, the extracted answer names it). ``hazard``: per context (the move before), the moves made
+    from it, how many of them broke a rule first, and their ratio; ``detail``: the wrong steps down as
+    ``<error>:<where>:after_<context>`` counts (module doc)."""
     by_id = {ex.id: ex for ex in examples}
     out: dict[str, Any] = {"n": 0, "exact": 0, "reached_answer": 0, "answer_follows_search": 0,
                            "right_when_search_reached": 0, "right_otherwise": 0, "otherwise": 0,
                            "out_of_order_steps": 0, "steps": 0, "legal_steps": 0,
-                           "first_error": {e: 0 for e in ("none", *ERRORS)}}
+                           "first_error": {e: 0 for e in ("none", *ERRORS)},
+                           "hazard": {c: {"moves": 0, "errors": 0} for c in CONTEXTS}, "detail": {}}
     for rec in records:
         ex = by_id.get(rec.get("id"))
         if ex is None or rec.get("sample", 0):
@@ -134,6 +176,13 @@ def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example
         out["legal_steps"] += r["legal_steps"]
         out["out_of_order_steps"] += r["out_of_order"]
         out["first_error"][r["first_error"]] += 1
+        for context, moves in r["moves_after"].items():
+            out["hazard"][context]["moves"] += moves
+        if r["after"] is not None:  # a rule broken (not running on past an option, not stopping short)
+            out["hazard"][r["after"]]["errors"] += 1
+        if r["detail"]:
+            key = f"{r['first_error']}:{r['detail']}:after_{r['after']}"
+            out["detail"][key] = out["detail"].get(key, 0) + 1
         if r["first_error"] == "none":
             out["reached_answer"] += 1
             out["right_when_search_reached"] += bool(rec.get("correct"))
@@ -141,4 +190,6 @@ def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example
         else:
             out["otherwise"] += 1
             out["right_otherwise"] += bool(rec.get("correct"))
+    for h in out["hazard"].values():
+        h["rate"] = round(h["errors"] / h["moves"], 4) if h["moves"] else None
     return out

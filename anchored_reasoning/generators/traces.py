@@ -61,8 +61,11 @@ from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.types import Example
 
 TRACE_ORDERS = ("forward", "backward", "options_backward", "dfs", "dfs_paths")
+#: The word a search backs up with: the ``dfs`` step ``Back to <parent>.``, and a walk's back-up (the anchor
+#: chain with ``mark_backups``: ``Back <parent>``).
+BACK_WORD = "Back"
 #: A ``dfs`` back-up step as written (:func:`prosqa_dfs`) and as read back (anchors, search replay): the parent.
-BACK_UP = re.compile(r"Back to (\w+)\.")
+BACK_UP = re.compile(BACK_WORD + r" to (\w+)\.")
 
 _SENTENCE = re.compile(r"[^.]+\.")
 

@@ -1,0 +1,174 @@
+"""Where written searches break on the real ProsQA test: the rate of a first error right after a step down
+and right after a back-up, and whether those two rates account for the accuracy by depth.
+
+    python benchmarks/prosqa_real.py --run <run> ...          # grade the runs first (their records are read)
+    python benchmarks/search_hazards.py                       # every search entry of prosqa_real_cpu.json
+
+For each graded run that writes a search (``trace: dfs``, as sentences or, with the anchor chain's
+``revisits``, as the walk of nodes), every test record is replayed by ``eval.search_probe``. A move is made
+in a context, the move before it: the first move, after a step down, or after a back-up. ``hazard`` is, per
+context, the share of moves that broke a rule first (made-up step, revisit, early back-up, wrong parent), with
+a 95% bootstrap interval over problems, and ``back_over_down`` the ratio of the two rates. ``detail`` says
+where the wrong steps down went (``search_probe`` module doc). Seeds of one method are pooled (counts summed).
+
+``model`` checks the rates against the accuracy: a search that needs ``d`` steps down and ``b`` back-ups
+(the trace's own search for that problem) survives to the answer with probability
+``(1 - h_start) (1 - h_down)^(d - 1) (1 - h_back)^b`` if every move broke a rule at its context's rate; the
+mean of that by hop count is set beside the share of searches that did reach the answer by legal steps.
+The gold search's steps down and back-ups by hop count are in ``gold_search``.
+
+Writes ``benchmarks/results/search_hazards.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+CONTEXTS = ("start", "down", "back")
+
+
+def searches_of(entry: dict[str, Any]) -> str | None:
+    """The form a graded entry writes its search in (``search_probe.FORMS``), None when it writes none."""
+    if entry.get("trace") == "dfs_paths":
+        return "dfs_paths"
+    if entry.get("trace") != "dfs" or entry.get("method") not in ("cot", "anchor_chain"):
+        return None
+    return "walk" if (entry.get("method_options") or {}).get("revisits") else "dfs"
+
+
+def replays(records: list[dict[str, Any]], test: list, form: str) -> list[dict[str, Any]]:
+    """One replay per first-sample record of a test problem, with the problem's id and hop count."""
+    from anchored_reasoning.eval.probes import hops_of
+    from anchored_reasoning.eval.search_probe import replay
+
+    by_id = {ex.id: ex for ex in test}
+    out = []
+    for rec in records:
+        ex = by_id.get(rec.get("id"))
+        if ex is not None and not rec.get("sample", 0):
+            out.append({**replay(ex, rec.get("completion") or "", form), "hops": hops_of(ex), "id": ex.id})
+    return out
+
+
+def _rates(rows: list[dict[str, Any]], idx) -> dict[str, float]:
+    moves = {c: sum(rows[i]["moves_after"][c] for i in idx) for c in CONTEXTS}
+    errors = {c: sum(rows[i]["after"] == c for i in idx) for c in CONTEXTS}
+    return {c: errors[c] / moves[c] if moves[c] else float("nan") for c in CONTEXTS}
+
+
+def hazards(rows: list[dict[str, Any]], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Per context the moves, first errors and their rate with a 95% bootstrap interval over problems; the
+    ratio of the rate after a back-up to the rate after a step down, with its interval."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    point = _rates(rows, range(len(rows)))
+    draws = [_rates(rows, rng.integers(0, len(rows), len(rows))) for _ in range(resamples)]
+    out: dict[str, Any] = {}
+    for c in CONTEXTS:
+        vals = np.array([d[c] for d in draws])
+        out[c] = {"moves": sum(r["moves_after"][c] for r in rows), "errors": sum(r["after"] == c for r in rows),
+                  "rate": round(point[c], 4), "ci95": [round(float(np.nanpercentile(vals, q)), 4) for q in (2.5, 97.5)]}
+    ratios = np.array([d["back"] / d["down"] for d in draws if d["down"] > 0])
+    out["back_over_down"] = {"ratio": round(point["back"] / point["down"], 2),
+                             "ci95": [round(float(np.nanpercentile(ratios, q)), 2) for q in (2.5, 97.5)]}
+    return out
+
+
+def gold_shape(test: list) -> dict[int, dict[str, Any]]:
+    """Per test problem, the trace's own search: its steps down and back-ups."""
+    from anchored_reasoning.anchors import logic_walk
+    from anchored_reasoning.generators.traces import prosqa_dfs
+
+    out = {}
+    for ex in test:
+        walk = logic_walk(prosqa_dfs(ex))
+        back = len(walk) - len(set(walk))  # a back-up returns to a node already written
+        out[ex.id] = {"down": len(walk) - 1 - back, "back": back}
+    return out
+
+
+def model_by_hops(rows: list[dict[str, Any]], rate: dict[str, float], shape: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Survival to the answer predicted from the pooled rates against the share observed, by hop count."""
+    from collections import defaultdict
+
+    pred, seen = defaultdict(list), defaultdict(list)
+    for row in rows:
+        s = shape[row["id"]]
+        p = (1 - rate["start"]) * (1 - rate["down"]) ** max(s["down"] - 1, 0) * (1 - rate["back"]) ** s["back"]
+        pred[row["hops"]].append(p)
+        seen[row["hops"]].append(row["first_error"] == "none")
+    return {str(h): {"n": len(seen[h]), "predicted": round(sum(pred[h]) / len(pred[h]), 3),
+                     "observed": round(sum(seen[h]) / len(seen[h]), 3)} for h in sorted(seen)}
+
+
+def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> dict[str, Any]:
+    import re
+
+    from anchored_reasoning.eval.probes import hops_of
+    from anchored_reasoning.eval.runner import load_records
+
+    shape = gold_shape(test)
+    groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+    for key, entry in sorted(entries.items()):
+        form = searches_of(entry)
+        records_path = Path(str((entry.get("real_test") or {}).get("records", "")))
+        if form is None or not records_path.is_file():
+            continue
+        groups.setdefault(re.sub(r"_s\d+$", "", key), []).append((key, replays(load_records(records_path), test, form)))
+    out: dict[str, Any] = {}
+    for name, runs in groups.items():
+        rows = [r for _, rs in runs for r in rs]
+        h = hazards(rows, resamples)
+        detail: dict[str, int] = {}
+        for r in rows:
+            if r["detail"]:
+                k = f"{r['first_error']}:{r['detail']}:after_{r['after']}"
+                detail[k] = detail.get(k, 0) + 1
+        out[name] = {"runs": [k for k, _ in runs], "searches": len(rows), "hazard": h,
+                     "per_run_rate": {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs},
+                     "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])),
+                     "model": model_by_hops(rows, {c: h[c]["rate"] for c in CONTEXTS}, shape)}
+    by_hops: dict[int, list[dict[str, int]]] = {}
+    for ex in test:
+        by_hops.setdefault(hops_of(ex), []).append(shape[ex.id])
+    gold = {str(h): {"n": len(v), "down": round(sum(s["down"] for s in v) / len(v), 2),
+                     "back": round(sum(s["back"] for s in v) / len(v), 2)} for h, v in sorted(by_hops.items())}
+    return {"groups": out, "gold_search": gold}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graded", default=str(ROOT / "benchmarks" / "results" / "prosqa_real_cpu.json"),
+                   help="prosqa_real.py's JSON: its entries name the runs' records")
+    p.add_argument("--resamples", type=int, default=2000)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "search_hazards.json"))
+    args = p.parse_args(argv)
+    from anchored_reasoning.machine import machine_info
+    from anchored_reasoning.tasks import get_task
+
+    graded = json.loads(Path(args.graded).read_text())
+    entries = {k: v for k, v in graded.items() if isinstance(v, dict) and v.get("_correct")}
+    result = analyse(entries, get_task("prosqa").load("test"), args.resamples)
+    if not result["groups"]:
+        raise SystemExit(f"no graded search run with its records on this machine in {args.graded}")
+    result.update({"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(),
+                   "command": "python benchmarks/search_hazards.py " + " ".join(sys.argv[1:] if argv is None else argv)})
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    for name, g in result["groups"].items():
+        h = g["hazard"]
+        print(f"{name}: after down {h['down']['rate']} {h['down']['ci95']}, after back {h['back']['rate']} "
+              f"{h['back']['ci95']}, ratio {h['back_over_down']['ratio']}; model {g['model']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
