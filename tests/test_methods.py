@@ -321,6 +321,22 @@ def test_anchor_chain_with_revisits_writes_a_searchs_walk():
         get_method("anchor_chain", style="trained", revisits="yes")
 
 
+def test_a_walk_can_mark_its_back_ups():
+    """``mark_backups``: a node the walk returns to is written after ``Back``, so a back-up reads apart from a
+    step down (its replay: tests/test_search_probe.py)."""
+    search = Example(id="s", question="Facts. Is Tom a gorpus or lempus?", answer="Tom is a lempus.",
+                     steps=["Tom is a terpus.", "Every terpus is a gorpus.", "Back to terpus.", "Every terpus is a lempus."])
+    marked = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True)
+    assert marked.render(search, "prosqa").target == "Tom terpus gorpus Back terpus lempus" + EOA + "\n### Tom is a lempus."
+    # a proof never backs up: nothing to mark
+    assert marked.render(prosqa_example(), "prosqa").target == get_method("anchor_chain", style="trained").render(
+        prosqa_example(), "prosqa").target
+    with pytest.raises(ConfigError, match="mark_backups needs revisits"):
+        get_method("anchor_chain", style="trained", mark_backups=True)
+    with pytest.raises(ConfigError, match="mark_backups"):
+        get_method("anchor_chain", style="trained", revisits=True, mark_backups="yes")
+
+
 @pytest.mark.parametrize("task", sorted(EXAMPLES))
 def test_gold_targets_grade_correct(task):
     grader = get_task(task)

@@ -62,6 +62,8 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
         "cot_dfs_logic-gpt2-search_lr0.0001_s2"
     walk = {**base, "method": "anchor_chain", "trace": "dfs", "method_options": {"revisits": True}}
     assert prosqa_real.entry_key(walk) == "anchor_chain_walk_dfs_s2"
+    marked = {**walk, "method_options": {"revisits": True, "mark_backups": True}}
+    assert prosqa_real.entry_key(marked) == "anchor_chain_walk_back_dfs_s2"
     # the paper's baselines remove the steps through a curriculum: never the key of the method's plain run
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": True}) == "acot_curriculum_dfs_s2"
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": False}) == "acot_dfs_s2"

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from anchored_reasoning.anchors import extract_anchors, logic_walk
+from anchored_reasoning.generators.traces import BACK_WORD
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.methods import Rendered, register_method
 from anchored_reasoning.types import Example, Prompt
@@ -376,14 +377,20 @@ class AnchorChain(TrainedMethod):
     #: once, so a written search's back-ups stay in the chain (``Rex rempus impus rempus lempus``): every
     #: next node is then a child or the parent of the one before, as in the search it abbreviates.
     revisits: bool = False
+    #: With ``revisits``: write ``Back`` before a node the walk returns to (``Rex rempus impus Back rempus
+    #: lempus``), the word the ``dfs`` trace backs up with, so a back-up reads apart from a step down (two
+    #: tokens more per back-up with the logic backbones' tokenizer).
+    mark_backups: bool = False
 
     def __post_init__(self) -> None:
         m = self.max_anchors
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
             raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
-        for key in ("negation", "conclusion", "revisits"):
+        for key in ("negation", "conclusion", "revisits", "mark_backups"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"method anchor_chain: option {key} must be true or false, got {getattr(self, key)!r}")
+        if self.mark_backups and not self.revisits:
+            raise ConfigError("method anchor_chain: option mark_backups needs revisits: true (only a walk backs up)")
         super().__post_init__()
 
     def render(self, example: Example, task: Any = None) -> Rendered:
@@ -402,7 +409,10 @@ class AnchorChain(TrainedMethod):
         if name not in ("prosqa", "prontoqa"):
             raise ConfigError(f"method anchor_chain: option revisits needs a ProsQA/ProntoQA trace, not task {name!r}")
         walk = logic_walk(steps)
-        return walk[: self.max_anchors] if self.max_anchors is not None else walk
+        walk = walk[: self.max_anchors] if self.max_anchors is not None else walk
+        if self.mark_backups:  # a search steps down only to new nodes: a node written before is a back-up
+            walk = [f"{BACK_WORD} {node}" if node in walk[:i] else node for i, node in enumerate(walk)]
+        return walk
 
 
 TRAINED_METHODS: dict[str, type[TrainedMethod]] = {
