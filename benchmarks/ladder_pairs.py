@@ -79,10 +79,18 @@ def compare(a_spec: str, b_spec: str) -> dict[str, Any]:
             "b": {"json": b_path, "method": b_label, **budget(b, b_label)}, "by_hops": by_hops}
 
 
-def pair_name(a_spec: str, b_spec: str) -> str:
-    """``<a>_minus_<b>``; the same method on both sides gets b's JSON name (``anchor_walk_minus_anchor_walk_of_depth_ladder_search``)."""
-    a, (b_path, _, b) = a_spec.rpartition(":")[2], b_spec.rpartition(":")
-    return f"{a}_minus_{b}" + (f"_of_{Path(b_path).stem}" if a == b else "")
+def pair_names(a_spec: str, b_specs: list[str]) -> list[str]:
+    """``<a>_minus_<b>`` per ``b_specs``; a b method that is a's own, or that more than one b names, gets its
+    JSON's name (``anchor_walk_minus_anchor_walk_of_depth_ladder_search``, ``..._minus_cot_of_depth_ladder_cot2000``),
+    so no pair replaces another."""
+    a = a_spec.rpartition(":")[2]
+    bs = [spec.rpartition(":") for spec in b_specs]
+    methods = [b for _, _, b in bs]
+    names = [f"{a}_minus_{b}" + (f"_of_{Path(path).stem}" if b == a or methods.count(b) > 1 else "")
+             for path, _, b in bs]
+    if len(set(names)) < len(names):
+        raise SystemExit(f"two --b name the same comparison: {b_specs}")
+    return names
 
 
 def main(argv=None) -> int:
@@ -91,7 +99,7 @@ def main(argv=None) -> int:
     p.add_argument("--b", required=True, action="append", help="<ladder JSON>:<method> to compare against (repeatable)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    pairs = {pair_name(args.a, b): compare(args.a, b) for b in args.b}
+    pairs = {name: compare(args.a, b) for name, b in zip(pair_names(args.a, args.b), args.b)}
     for name, c in pairs.items():
         print(name, {h: f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] x{r['token_ratio']:.2f}"
                      for h, r in c["by_hops"].items()})

@@ -230,9 +230,13 @@ def test_ladder_pairs_compares_a_longer_run_with_a_ladder_on_the_same_problems(t
         ladder_pairs.compare(f"{long}:pause", f"{base}:cot")
 
 
-def test_ladder_pairs_names_a_method_against_itself_by_the_other_json():
+def test_ladder_pairs_names_a_method_of_another_json_by_that_json():
     import ladder_pairs
 
-    assert ladder_pairs.pair_name("x/long.json:anchor_walk", "y/ladder.json:cot") == "anchor_walk_minus_cot"
-    assert ladder_pairs.pair_name("x/long.json:anchor_walk", "y/ladder.json:anchor_walk") == \
-        "anchor_walk_minus_anchor_walk_of_ladder"
+    assert ladder_pairs.pair_names("x/long.json:anchor_walk", ["y/ladder.json:cot", "y/ladder.json:anchor_walk"]) == \
+        ["anchor_walk_minus_cot", "anchor_walk_minus_anchor_walk_of_ladder"]
+    # one method from two JSONs (CoT at two budgets): each pair carries its JSON's name, none replaces the other
+    assert ladder_pairs.pair_names("x/long.json:anchor_walk", ["y/ladder.json:cot", "z/cot2000.json:cot"]) == \
+        ["anchor_walk_minus_cot_of_ladder", "anchor_walk_minus_cot_of_cot2000"]
+    with pytest.raises(SystemExit, match="same comparison"):
+        ladder_pairs.pair_names("x/long.json:anchor_walk", ["y/ladder.json:cot", "y/ladder.json:cot"])
