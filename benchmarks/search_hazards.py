@@ -115,6 +115,7 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> d
 
     from anchored_reasoning.eval.probes import hops_of
     from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.search_probe import detail_key
 
     shape = gold_shape(test)
     groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
@@ -131,8 +132,7 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> d
         detail: dict[str, int] = {}
         for r in rows:
             if r["detail"]:
-                k = f"{r['first_error']}:{r['detail']}:after_{r['after']}"
-                detail[k] = detail.get(k, 0) + 1
+                detail[detail_key(r)] = detail.get(detail_key(r), 0) + 1
         out[name] = {"runs": [k for k, _ in runs], "searches": len(rows), "hazard": h,
                      "per_run_rate": {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs},
                      "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])),

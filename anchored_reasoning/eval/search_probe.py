@@ -4,8 +4,9 @@ of nodes, ``walk``: the ``anchor_chain`` method with ``revisits``) replayed agai
 ``replay(example, completion)`` walks the model's steps from the asked entity the way the trace's search
 would (``generators.traces.prosqa_dfs``): a step down must be a fact of the question from the current
 concept to a concept not yet visited, a step back (``Back to <parent>.``, the path line without its last
-node, or in a walk the parent's name, marked ``Back <parent>`` or not) must leave a concept with no unvisited child for its parent. The first
-step that breaks a rule is named, so a wrong answer can be put down to where the search went wrong:
+node, or in a walk the parent's name, marked ``Back <parent>`` or not) must leave a concept with no unvisited
+child for its parent. The first step that breaks a rule is named, so a wrong answer can be put down to where
+the search went wrong:
 
 - ``made_up``: a step down along no fact of the question (or from a concept that is not the current one);
 - ``revisit``: a step down to a concept already visited;
@@ -122,7 +123,7 @@ def replay(example: Example, completion: str, form: str = "dfs") -> dict[str, An
         if error:
             break
         legal += 1
-        after = move[0] if move[0] in ("down", "back") else after
+        after = move[0]  # a move that broke no rule is a step down or a back-up
     if error is None:
         error, after = ("none" if stack[-1] in options else "stopped_short"), None
     elif error == "ran_on":
@@ -131,6 +132,12 @@ def replay(example: Example, completion: str, form: str = "dfs") -> dict[str, An
             "out_of_order": out_of_order, "after": after, "detail": detail,
             "exact": (sentences if form != "walk" else [w.split()[-1] for w in sentences]) == gold,
             "moves_after": moves_after}
+
+
+def detail_key(r: dict[str, Any]) -> str:
+    """A wrong step down of a :func:`replay`, as counted in ``search_summary``'s ``detail``:
+    ``<error>:<where>:after_<context>``."""
+    return f"{r['first_error']}:{r['detail']}:after_{r['after']}"
 
 
 def _walk_nodes(text: str) -> list[str]:
@@ -181,8 +188,7 @@ def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example
         if r["after"] is not None:  # a rule broken (not running on past an option, not stopping short)
             out["hazard"][r["after"]]["errors"] += 1
         if r["detail"]:
-            key = f"{r['first_error']}:{r['detail']}:after_{r['after']}"
-            out["detail"][key] = out["detail"].get(key, 0) + 1
+            out["detail"][detail_key(r)] = out["detail"].get(detail_key(r), 0) + 1
         if r["first_error"] == "none":
             out["reached_answer"] += 1
             out["right_when_search_reached"] += bool(rec.get("correct"))

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from anchored_reasoning.anchors import extract_anchors, logic_walk
-from anchored_reasoning.generators.traces import BACK_WORD
 from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.generators.traces import BACK_WORD
 from anchored_reasoning.methods import Rendered, register_method
 from anchored_reasoning.types import Example, Prompt
 
