@@ -33,6 +33,7 @@ import argparse
 import datetime as dt
 import fcntl
 import json
+from functools import lru_cache
 from itertools import combinations
 import sys
 from pathlib import Path
@@ -155,6 +156,7 @@ def last_validation(run: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+@lru_cache(maxsize=1)
 def recipe_lr() -> float:
     """The learning rate of the recipe these runs start from (``prosqa_real_cpu``): another one is named in
     the entry's key."""
@@ -177,14 +179,14 @@ def entry_key(entry: dict[str, Any]) -> str:
     return f"{entry['method']}{curriculum}{walk}{trace}{model}{lr}_s{entry['seed']}"
 
 
-def seed_groups(runs: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Entries that differ only in their seed (``<key>_s<seed>``), two seeds or more, by seed."""
+def seed_groups(runs: dict[str, dict[str, Any]], min_seeds: int = 2) -> dict[str, list[dict[str, Any]]]:
+    """Entries that differ only in their seed (``<key>_s<seed>``), ``min_seeds`` seeds or more, by seed."""
     import re
 
     groups: dict[str, list[dict[str, Any]]] = {}
     for key, entry in sorted(runs.items()):
         groups.setdefault(re.sub(r"_s\d+$", "", key), []).append(entry)
-    return {name: sorted(entries, key=lambda e: e["seed"]) for name, entries in groups.items() if len(entries) >= 2}
+    return {name: sorted(entries, key=lambda e: e["seed"]) for name, entries in groups.items() if len(entries) >= min_seeds}
 
 
 def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def model_by_hops(rows: list[dict[str, Any]], rate: dict[str, float], shape: dic
 
 
 def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> dict[str, Any]:
-    import re
+    from prosqa_real import entry_key, seed_groups
 
     from anchored_reasoning.eval.probes import hops_of
     from anchored_reasoning.eval.runner import load_records
@@ -119,12 +119,12 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> d
 
     shape = gold_shape(test)
     groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
-    for key, entry in sorted(entries.items()):
-        form = searches_of(entry)
-        records_path = Path(str((entry.get("real_test") or {}).get("records", "")))
-        if form is None or not records_path.is_file():
-            continue
-        groups.setdefault(re.sub(r"_s\d+$", "", key), []).append((key, replays(load_records(records_path), test, form)))
+    for name, seeds in seed_groups(entries, min_seeds=1).items():
+        for entry in seeds:
+            form = searches_of(entry)
+            records_path = Path(str((entry.get("real_test") or {}).get("records", "")))
+            if form is not None and records_path.is_file():
+                groups.setdefault(name, []).append((entry_key(entry), replays(load_records(records_path), test, form)))
     out: dict[str, Any] = {}
     for name, runs in groups.items():
         rows = [r for _, rs in runs for r in rs]
