@@ -27,6 +27,8 @@ hidden ablations):
     anchor_walk       anchor_chain with the node each step arrives at, so a written search's back-ups stay
                       ("Rex rempus impus rempus lempus"): with ``--trace dfs``, the search in anchors only
     anchor_walk_back  anchor_walk with each back-up marked ("Rex rempus impus Back rempus lempus")
+    anchor_walk_back_token
+                      the same with the one added token [Back] ("Rex rempus impus[Back] rempus lempus")
 
 ``--trace dfs`` trains every method on the depth-first search from the asked entity instead of the proof
 (``generators.traces``; steps joined by a space, as the search backbone was pretrained), and reads each
@@ -75,6 +77,8 @@ METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "anchor_walk": ("anchor_chain", {"revisits": True}, False),
     # the same walk with each back-up marked by the word the dfs trace backs up with
     "anchor_walk_back": ("anchor_chain", {"revisits": True, "mark_backups": True}, False),
+    # ... or by one added token, one token a back-up on any tokenizer
+    "anchor_walk_back_token": ("anchor_chain", {"revisits": True, "mark_backups": True, "backup_marker": "token"}, False),
 }
 #: (a, b) pairs compared per depth in ``goals["ablations"]``
 ABLATIONS = (("acot", "pause_as_thought"), ("acot", "acot_keep"), ("acot", "stepwise"), ("pause_as_thought", "pause"))
@@ -235,7 +239,7 @@ def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
         if {"cot", "nocot"} <= set(results) else {}
     # the anchors decoded (anchor_chain, anchor_walk) against the full chain and against one pass, with the
     # token ratio
-    for chain in ("anchor_chain", "anchor_walk", "anchor_walk_back"):
+    for chain in ("anchor_chain", "anchor_walk", "anchor_walk_back", "anchor_walk_back_token"):
         for base in ("cot", "nocot"):
             if {chain, base} <= set(results):
                 extra[f"{chain}_minus_{base}"] = {

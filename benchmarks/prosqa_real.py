@@ -166,13 +166,15 @@ def recipe_lr() -> float:
 
 
 def entry_key(entry: dict[str, Any]) -> str:
-    """``<method>[_curriculum][_walk[_back]][_<trace>][_<backbone>][_lr<lr>]_s<seed>``: ``curriculum`` for a
-    run whose steps a curriculum removes (the paper's pause / ACoT / stepwise), ``walk`` for an anchor chain
-    with ``revisits`` (``walk_back`` with its back-ups marked), the trace when not forward, the backbone's
-    folder name when it is not the recipe's ``logic-gpt2-shift``, the learning rate when not the recipe's."""
+    """``<method>[_curriculum][_walk[_back[_token]]][_<trace>][_<backbone>][_lr<lr>]_s<seed>``: ``curriculum``
+    for a run whose steps a curriculum removes (the paper's pause / ACoT / stepwise), ``walk`` for an anchor
+    chain with ``revisits`` (``walk_back`` with its back-ups marked, ``_token`` by the one-token marker), the
+    trace when not forward, the backbone's folder name when it is not the recipe's ``logic-gpt2-shift``, the
+    learning rate when not the recipe's."""
     curriculum = "_curriculum" if entry.get("curriculum") else ""
     options = entry.get("method_options") or {}
-    walk = ("_walk_back" if options.get("mark_backups") else "_walk") if options.get("revisits") else ""
+    back = "_back_token" if options.get("backup_marker") == "token" else "_back"
+    walk = ("_walk" + (back if options.get("mark_backups") else "")) if options.get("revisits") else ""
     trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
     model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name
     lr = "" if entry.get("lr") in (None, recipe_lr()) else f"_lr{entry['lr']:g}"

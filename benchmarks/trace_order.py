@@ -228,7 +228,8 @@ def anchor_chain_report(examples, records: Iterable[dict[str, Any]]) -> dict[str
     anchor (``stopped_short``, ``made_up``: a word that is no concept or property of the question, or
     ``in_question``: a real one off the chain), and how often the conclusion sentence written after the
     chain is the gold one and the answer is right then."""
-    from anchored_reasoning.methods.anchored import EOA, AnchorChain
+    from anchored_reasoning.methods.anchor_chain import AnchorChain
+    from anchored_reasoning.methods.anchored import EOA
 
     method = AnchorChain()
     by_id = {ex.id: ex for ex in examples}

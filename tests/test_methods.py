@@ -9,6 +9,7 @@ import pytest
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.methods import Rendered, get_method, list_methods
+from anchored_reasoning.methods.anchor_chain import AnchorChain
 from anchored_reasoning.methods.anchored import (
     ANT,
     BOA,
@@ -18,7 +19,6 @@ from anchored_reasoning.methods.anchored import (
     PAUSE,
     SPECIAL_TOKENS,
     ACoT,
-    AnchorChain,
     Pause,
     Stepwise,
     TrainedCoT,
@@ -335,6 +335,33 @@ def test_a_walk_can_mark_its_back_ups():
         get_method("anchor_chain", style="trained", mark_backups=True)
     with pytest.raises(ConfigError, match="mark_backups"):
         get_method("anchor_chain", style="trained", revisits=True, mark_backups="yes")
+    # the one-token marker: ``[Back]`` glued to the node backed up from, an added token of the method's own
+    token = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token")
+    assert token.render(search, "prosqa").target == "Tom terpus gorpus[Back] terpus lempus" + EOA + "\n### Tom is a lempus."
+    assert token.added_tokens == ("[Back]",) and marked.added_tokens == ()
+    with pytest.raises(ConfigError, match="backup_marker must be one of"):
+        get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="Up")
+    with pytest.raises(ConfigError, match="backup_marker needs mark_backups"):
+        get_method("anchor_chain", style="trained", revisits=True, backup_marker="token")
+
+
+def test_a_method_s_own_tokens_are_added_once_and_cost_one_token_a_back_up():
+    """``add_special_tokens(extra=method.added_tokens)``: ``[Back]`` becomes one token, the model's embeddings
+    grow with the vocabulary, and ``impus[Back] rempus`` is one token longer than ``impus rempus``."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from anchored_reasoning.methods.anchored import add_special_tokens
+    from anchored_reasoning.models.zoo import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("logic-gpt2-search"))
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_layer=1, n_head=2, n_embd=8, n_positions=64))
+    method = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token")
+    assert add_special_tokens(tok, model, extra=method.added_tokens) >= 1
+    assert add_special_tokens(tok, model, extra=method.added_tokens) == 0
+    assert model.get_input_embeddings().weight.shape[0] == len(tok)
+    assert tok.convert_ids_to_tokens(tok.convert_tokens_to_ids("[Back]")) == "[Back]"
+    plain, marked = (len(tok(text)["input_ids"]) for text in (" Tom terpus gorpus terpus", " Tom terpus gorpus[Back] terpus"))
+    assert marked == plain + 1
 
 
 @pytest.mark.parametrize("task", sorted(EXAMPLES))

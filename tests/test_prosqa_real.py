@@ -35,7 +35,7 @@ def test_heldout_problems_leave_out_the_training_questions(monkeypatch):
 
 def test_backward_chains_read_a_gold_chain_as_exact_and_a_broken_one_as_not():
     from anchored_reasoning.generators.traces import apply_trace
-    from anchored_reasoning.methods.anchored import AnchorChain
+    from anchored_reasoning.methods.anchor_chain import AnchorChain
 
     test = generate_dataset(8, seed=6)
     gold = [AnchorChain().render(ex, "prosqa").target for ex in apply_trace(test, "prosqa", "options_backward")]
@@ -64,6 +64,8 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
     assert prosqa_real.entry_key(walk) == "anchor_chain_walk_dfs_s2"
     marked = {**walk, "method_options": {"revisits": True, "mark_backups": True}}
     assert prosqa_real.entry_key(marked) == "anchor_chain_walk_back_dfs_s2"
+    token = {**walk, "method_options": {"revisits": True, "mark_backups": True, "backup_marker": "token"}}
+    assert prosqa_real.entry_key(token) == "anchor_chain_walk_back_token_dfs_s2"
     # the paper's baselines remove the steps through a curriculum: never the key of the method's plain run
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": True}) == "acot_curriculum_dfs_s2"
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": False}) == "acot_dfs_s2"

@@ -87,6 +87,10 @@ def test_a_walk_of_nodes_replays_like_the_search_it_abbreviates(test_split):
     assert r["exact"] and r["first_error"] == "none" and r["legal_steps"] == len(walk) - 1
     assert replay(ex, chain(marked[:4] + ["Back boompus"]), "walk")["first_error"] == "wrong_parent"
     assert replay(ex, chain(marked[:3] + ["Back boompus"]), "walk")["first_error"] == "backed_up_early"
+    # the one-token marker, glued to the node before the back-up: read as the same search
+    glued = " ".join(n + "[Back]" if i + 1 < len(walk) and walk[i + 1] in walk[:i + 1] else n for i, n in enumerate(walk))
+    assert "[Back] zhorpus" in glued
+    assert replay(ex, chain([glued]), "walk") == r
 
 
 def test_summary_counts_searches_and_whether_the_answer_follows(test_split):

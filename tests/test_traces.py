@@ -184,7 +184,7 @@ def test_anchor_chain_report_reads_written_chains_against_the_gold_chain():
     """The bare chain ``Sally rompus impus not sour[EoA]`` is read anchor by anchor against the target the
     method trains on; the first wrong anchor is a real word of the question or a made-up one."""
     import trace_order
-    from anchored_reasoning.methods.anchored import AnchorChain
+    from anchored_reasoning.methods.anchor_chain import AnchorChain
 
     ex = generate_dataset(4, seed=4, hops=2, mirror_distractor=True)
     gold = [AnchorChain().render(e, "prontoqa").target for e in ex]
@@ -239,7 +239,7 @@ def test_options_backward_walks_back_from_each_option_to_its_entity():
 
 
 def test_options_backward_on_the_real_test_and_its_anchor_chain(tmp_path):
-    from anchored_reasoning.methods.anchored import AnchorChain
+    from anchored_reasoning.methods.anchor_chain import AnchorChain
     from anchored_reasoning.tasks import get_task
 
     data = os.environ.get("ANCHORED_REASONING_DATA")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
-from anchored_reasoning.generators.traces import BACK_UP, BACK_WORD
+from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_UP, BACK_WORD
 from anchored_reasoning.types import Example
 
 _DOWN = re.compile(r"(?:Every )?(\w+) is a (\w+)\.")
@@ -141,13 +141,19 @@ def detail_key(r: dict[str, Any]) -> str:
 
 
 def _walk_nodes(text: str) -> list[str]:
-    """A walk's nodes, a marked back-up (``Back rempus``) kept as one."""
+    """A walk's nodes, a marked back-up kept as one (``Back rempus``), whether written with the word
+    (``impus Back rempus``) or the token glued to the node before (``impus[Back] rempus``)."""
     out: list[str] = []
-    for word in (w.strip(".,") for w in text.split()):
-        if out and out[-1] == BACK_WORD:
+    back = False
+    for word in text.replace(BACK_TOKEN, f" {BACK_TOKEN} ").split():
+        word = word.strip(".,")
+        if word == BACK_TOKEN:
+            back = True
+        elif out and out[-1] == BACK_WORD:
             out[-1] = f"{BACK_WORD} {word}"
         elif word:
-            out.append(word)
+            out.append(f"{BACK_WORD} {word}" if back else word)
+            back = False
     return out
 
 

@@ -64,6 +64,10 @@ TRACE_ORDERS = ("forward", "backward", "options_backward", "dfs", "dfs_paths")
 #: The word a search backs up with: the ``dfs`` step ``Back to <parent>.``, and a walk's back-up (the anchor
 #: chain with ``mark_backups``: ``Back <parent>``).
 BACK_WORD = "Back"
+#: The one-token back-up of a walk (``mark_backups`` with ``backup_marker: token``): an added token glued to
+#: the node the walk backs up from (``Rex rempus impus[Back] rempus lempus``), so it costs one token a back-up
+#: on any tokenizer (the space before an added token would be a token of its own).
+BACK_TOKEN = "[Back]"
 #: A ``dfs`` back-up step as written (:func:`prosqa_dfs`) and as read back (anchors, search replay): the parent.
 BACK_UP = re.compile(BACK_WORD + r" to (\w+)\.")
 

@@ -13,7 +13,7 @@ One render path serves training and evaluation: :meth:`TrainedMethod.render` giv
     acot      slots = "[BoA]" "[ANT]" x (n * tokens_per_anchor) "[EoA]"; Rendered.anchors = first n anchors
     stepwise  slots = none; stage s removes s leading steps (iCoT / Coconut)
     anchor_chain  prompt ends with "[BoA]"; target = the anchors joined by " " "[EoA]" "\n" answer line
-              (the anchors decoded: a terse CoT, not the paper's latent ACoT)
+              (the anchors decoded: a terse CoT, not the paper's latent ACoT; methods/anchor_chain.py)
 
 Curriculum (``stage`` / :meth:`with_stage`): at stage ``s`` pause/acot have ``n = min(s, k)``
 slots (stage 0 is plain CoT, no anchor block) and ``min(s * remove_steps_per_stage, #steps)``
@@ -35,11 +35,10 @@ import dataclasses
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
-from anchored_reasoning.anchors import extract_anchors, logic_walk
+from anchored_reasoning.anchors import extract_anchors
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.generators.traces import BACK_WORD
 from anchored_reasoning.methods import Rendered, register_method
 from anchored_reasoning.types import Example, Prompt
 
@@ -57,12 +56,13 @@ GSM8K_ANSWER_PREFIX = "#### "
 ANSWER_PREFIX = "### "
 
 
-def add_special_tokens(tokenizer: Any, model: Any = None) -> int:
-    """Add :data:`SPECIAL_TOKENS` to ``tokenizer`` (as special tokens, never split) unless they are
-    there already, and resize ``model``'s input/output embeddings to the tokenizer's length when
-    they are too small. Idempotent. Returns how many tokens were added (0 the second time)."""
+def add_special_tokens(tokenizer: Any, model: Any = None, extra: Sequence[str] = ()) -> int:
+    """Add :data:`SPECIAL_TOKENS` and ``extra`` (a method's own, :attr:`TrainedMethod.added_tokens`) to
+    ``tokenizer`` (as special tokens, never split) unless they are there already, and resize ``model``'s
+    input/output embeddings to the tokenizer's length when they are too small. Idempotent. Returns how
+    many tokens were added (0 the second time)."""
     vocab = tokenizer.get_vocab()
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    missing = [t for t in dict.fromkeys([*SPECIAL_TOKENS, *extra]) if t not in vocab]
     added = int(tokenizer.add_tokens(missing, special_tokens=True)) if missing else 0
     if model is not None:
         size = model.get_input_embeddings().weight.shape[0]
@@ -159,6 +159,11 @@ class TrainedMethod:
     #: what joins the kept steps in the target: a newline, or a space to match a backbone pretrained on
     #: steps joined by spaces (``train.backbone``'s documents; the demo sets it for ``logic-gpt2-search``)
     step_separator: str = "\n"
+
+    @property
+    def added_tokens(self) -> tuple[str, ...]:
+        """Tokens this method writes beyond :data:`SPECIAL_TOKENS`, added to the tokenizer before training."""
+        return ()
 
     def __post_init__(self) -> None:
         if self.step_separator not in STEP_SEPARATORS:
@@ -353,73 +358,14 @@ class Stepwise(TrainedMethod):
         return self.stages
 
 
-@dataclass
-class AnchorChain(TrainedMethod):
-    """The anchors *decoded*, as a terse chain of thought: ``question "\n" [BoA]`` -> the anchors
-    joined by spaces, ``[EoA]``, the answer line (ProsQA: ``Tom terpus brimpus lempus[EoA]``).
-
-    Not the paper's ACoT, whose slots are never decoded: in a causal LM a slot's last-layer state
-    (the one trained to predict its anchor) is read by no later position, so a shallow model cannot
-    pass what its slots predict on to the answer (benchmarks/acot_slots.py measures this). Writing the
-    anchors out feeds each one back as an input, as CoT does, for a handful of tokens. ``max_anchors``
-    (None: every anchor of the trace, so the ProsQA chain reaches the answer) caps the chain."""
-
-    name: ClassVar[str] = "anchor_chain"
-    max_anchors: int | None = None
-    #: ProntoQA's answer turns on the polarity of the last step ("Stella is not floral."), which the
-    #: anchors drop; with ``negation`` the chain's last anchor keeps its "not" (``... lorpus not floral``).
-    negation: bool = True
-    #: Where the answer line is not itself the conclusion (ProntoQA's ``### True``), write the trace's
-    #: last step before it (``Stella is not floral.``), as CoT ends: with the chain alone the True/False
-    #: read-out was not learnt (every answer "False") although 88% of the chains were exactly right.
-    conclusion: bool = True
-    #: ProsQA/ProntoQA: write the node each step arrives at (``anchors.logic_walk``) instead of each node
-    #: once, so a written search's back-ups stay in the chain (``Rex rempus impus rempus lempus``): every
-    #: next node is then a child or the parent of the one before, as in the search it abbreviates.
-    revisits: bool = False
-    #: With ``revisits``: write ``Back`` before a node the walk returns to (``Rex rempus impus Back rempus
-    #: lempus``), the word the ``dfs`` trace backs up with, so a back-up reads apart from a step down (two
-    #: tokens more per back-up with the logic backbones' tokenizer).
-    mark_backups: bool = False
-
-    def __post_init__(self) -> None:
-        m = self.max_anchors
-        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
-            raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
-        for key in ("negation", "conclusion", "revisits", "mark_backups"):
-            if not isinstance(getattr(self, key), bool):
-                raise ConfigError(f"method anchor_chain: option {key} must be true or false, got {getattr(self, key)!r}")
-        if self.mark_backups and not self.revisits:
-            raise ConfigError("method anchor_chain: option mark_backups needs revisits: true (only a walk backs up)")
-        super().__post_init__()
-
-    def render(self, example: Example, task: Any = None) -> Rendered:
-        name = task_name_of(task, example)
-        prompt = (example.question or "").strip() + "\n" + BOA
-        steps = self.steps_of(example)
-        anchors = self._walk(steps, name) if self.revisits else extract_anchors(example, name, max_anchors=self.max_anchors)
-        if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
-            anchors[-1] = "not " + anchors[-1]
-        chain = " ".join(anchors) + EOA + "\n"
-        if self.conclusion and name == "prontoqa" and steps:
-            chain += steps[-1] + "\n"
-        return Rendered(prompt=prompt, target=chain + answer_line(example, name), anchors=[])
-
-    def _walk(self, steps: list[str], name: str | None) -> list[str]:
-        if name not in ("prosqa", "prontoqa"):
-            raise ConfigError(f"method anchor_chain: option revisits needs a ProsQA/ProntoQA trace, not task {name!r}")
-        walk = logic_walk(steps)
-        walk = walk[: self.max_anchors] if self.max_anchors is not None else walk
-        if self.mark_backups:  # a search steps down only to new nodes: a node written before is a back-up
-            walk = [f"{BACK_WORD} {node}" if node in walk[:i] else node for i, node in enumerate(walk)]
-        return walk
-
-
 TRAINED_METHODS: dict[str, type[TrainedMethod]] = {
-    cls.name: cls for cls in (TrainedNoCoT, TrainedCoT, Pause, ACoT, Stepwise, AnchorChain)
+    cls.name: cls for cls in (TrainedNoCoT, TrainedCoT, Pause, ACoT, Stepwise)
 }
 
 for _name, _cls in TRAINED_METHODS.items():
     register_method(f"trained:{_name}", f"{__name__}:{_cls.__name__}")
-for _name in ("pause", "acot", "stepwise", "anchor_chain"):  # trained-only: the plain name works too
+for _name in ("pause", "acot", "stepwise"):  # trained-only: the plain name works too
     register_method(_name, f"{__name__}:{TRAINED_METHODS[_name].__name__}")
+# the anchors decoded (methods/anchor_chain.py): trained-only as well
+register_method("trained:anchor_chain", "anchored_reasoning.methods.anchor_chain:AnchorChain")
+register_method("anchor_chain", "anchored_reasoning.methods.anchor_chain:AnchorChain")

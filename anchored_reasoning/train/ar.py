@@ -83,9 +83,10 @@ def build_tokenizer_from_texts(texts: Sequence[str], out_dir: Path, vocab_size: 
 
 
 def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int,
-                              tokenizer_dir: Path | None = None):
+                              tokenizer_dir: Path | None = None, extra_tokens: Sequence[str] = ()):
     """The model and its tokenizer. ``tokenizer_dir``: a saved tokenizer to use instead of training
-    one (a resumed run reuses its checkpoint's, so token ids cannot change under the weights)."""
+    one (a resumed run reuses its checkpoint's, so token ids cannot change under the weights).
+    ``extra_tokens``: the method's own added tokens (``TrainedMethod.added_tokens``)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
@@ -111,7 +112,7 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
             raise ConfigError(f"tokenizer {tok_spec!r} has no eos token")
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        add_special_tokens(tokenizer)
+        add_special_tokens(tokenizer, extra=extra_tokens)
         cfg = {**_PRESET_DEFAULTS, **MODEL_PRESETS[preset], **dict(model_cfg.get("config") or {})}
         try:
             config = GPT2Config(
@@ -139,7 +140,7 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        add_special_tokens(tokenizer, model)
+        add_special_tokens(tokenizer, model, extra=extra_tokens)
     model.config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -243,7 +244,8 @@ def run_with_examples(
     output_dir.mkdir(parents=True, exist_ok=True)
     needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
     texts = training_texts(train_examples[:5000], method, task_name) if needs_tokenizer else []
-    model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed, plan.tokenizer_dir)
+    model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed, plan.tokenizer_dir,
+                                                 method.added_tokens)
     logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
     anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
 

@@ -1,0 +1,101 @@
+"""``anchor_chain``: the anchors *decoded* as a terse chain of thought, and the search written as its anchors.
+
+What works at small scale where the paper's latent ACoT does not (README, Results): the anchors are written
+out, so each is fed back as an input as CoT's steps are, for a handful of tokens. With ``revisits`` the chain
+is a search's walk (the node each step arrives at, back-ups included); ``mark_backups`` marks each back-up,
+with the word ``Back`` or one added token (``backup_marker: token``), so a back-up reads apart from a step down.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from anchored_reasoning.anchors import extract_anchors, logic_walk
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_WORD
+from anchored_reasoning.methods import Rendered
+from anchored_reasoning.methods.anchored import BOA, EOA, TrainedMethod, answer_line, task_name_of
+from anchored_reasoning.types import Example
+
+#: How ``anchor_chain`` marks a walk's back-up: the word ``Back``, or the added token ``[Back]``.
+BACKUP_MARKERS = ("word", "token")
+
+
+@dataclass
+class AnchorChain(TrainedMethod):
+    """The anchors *decoded*, as a terse chain of thought: ``question "\n" [BoA]`` -> the anchors
+    joined by spaces, ``[EoA]``, the answer line (ProsQA: ``Tom terpus brimpus lempus[EoA]``).
+
+    Not the paper's ACoT, whose slots are never decoded: in a causal LM a slot's last-layer state
+    (the one trained to predict its anchor) is read by no later position, so a shallow model cannot
+    pass what its slots predict on to the answer (benchmarks/acot_slots.py measures this). Writing the
+    anchors out feeds each one back as an input, as CoT does, for a handful of tokens. ``max_anchors``
+    (None: every anchor of the trace, so the ProsQA chain reaches the answer) caps the chain."""
+
+    name: ClassVar[str] = "anchor_chain"
+    max_anchors: int | None = None
+    #: ProntoQA's answer turns on the polarity of the last step ("Stella is not floral."), which the
+    #: anchors drop; with ``negation`` the chain's last anchor keeps its "not" (``... lorpus not floral``).
+    negation: bool = True
+    #: Where the answer line is not itself the conclusion (ProntoQA's ``### True``), write the trace's
+    #: last step before it (``Stella is not floral.``), as CoT ends: with the chain alone the True/False
+    #: read-out was not learnt (every answer "False") although 88% of the chains were exactly right.
+    conclusion: bool = True
+    #: ProsQA/ProntoQA: write the node each step arrives at (``anchors.logic_walk``) instead of each node
+    #: once, so a written search's back-ups stay in the chain (``Rex rempus impus rempus lempus``): every
+    #: next node is then a child or the parent of the one before, as in the search it abbreviates.
+    revisits: bool = False
+    #: With ``revisits``: write ``Back`` before a node the walk returns to (``Rex rempus impus Back rempus
+    #: lempus``), the word the ``dfs`` trace backs up with, so a back-up reads apart from a step down (two
+    #: tokens more per back-up with the logic backbones' tokenizer).
+    mark_backups: bool = False
+    #: With ``mark_backups``: ``word`` writes ``Back <node>``; ``token`` glues the one added token ``[Back]``
+    #: to the node backed up from (``Rex rempus impus[Back] rempus lempus``): one token a back-up on any
+    #: tokenizer, a new embedding where ``Back`` is a word the backbone read in its pretraining searches.
+    backup_marker: str = "word"
+
+    def __post_init__(self) -> None:
+        m = self.max_anchors
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+            raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
+        for key in ("negation", "conclusion", "revisits", "mark_backups"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"method anchor_chain: option {key} must be true or false, got {getattr(self, key)!r}")
+        if self.mark_backups and not self.revisits:
+            raise ConfigError("method anchor_chain: option mark_backups needs revisits: true (only a walk backs up)")
+        if self.backup_marker not in BACKUP_MARKERS:
+            raise ConfigError(f"method anchor_chain: option backup_marker must be one of {', '.join(BACKUP_MARKERS)}, "
+                              f"got {self.backup_marker!r}")
+        if self.backup_marker != "word" and not self.mark_backups:
+            raise ConfigError("method anchor_chain: option backup_marker needs mark_backups: true")
+        super().__post_init__()
+
+    def render(self, example: Example, task: Any = None) -> Rendered:
+        name = task_name_of(task, example)
+        prompt = (example.question or "").strip() + "\n" + BOA
+        steps = self.steps_of(example)
+        anchors = self._walk(steps, name) if self.revisits else extract_anchors(example, name, max_anchors=self.max_anchors)
+        if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
+            anchors[-1] = "not " + anchors[-1]
+        chain = " ".join(anchors) + EOA + "\n"
+        if self.conclusion and name == "prontoqa" and steps:
+            chain += steps[-1] + "\n"
+        return Rendered(prompt=prompt, target=chain + answer_line(example, name), anchors=[])
+
+    def _walk(self, steps: list[str], name: str | None) -> list[str]:
+        if name not in ("prosqa", "prontoqa"):
+            raise ConfigError(f"method anchor_chain: option revisits needs a ProsQA/ProntoQA trace, not task {name!r}")
+        walk = logic_walk(steps)
+        walk = walk[: self.max_anchors] if self.max_anchors is not None else walk
+        if not self.mark_backups:
+            return walk
+        # a search steps down only to new nodes: a node written before is a back-up
+        backs = [node in walk[:i] for i, node in enumerate(walk)]
+        if self.backup_marker == "word":
+            return [f"{BACK_WORD} {node}" if back else node for node, back in zip(walk, backs)]
+        return [node + BACK_TOKEN if i + 1 < len(walk) and backs[i + 1] else node for i, node in enumerate(walk)]
+
+    @property
+    def added_tokens(self) -> tuple[str, ...]:
+        return (BACK_TOKEN,) if self.mark_backups and self.backup_marker == "token" else ()
