@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,16 @@ def side(spec: str) -> tuple[dict[str, Any], str, str]:
     path, sep, label = spec.rpartition(":")
     if not sep or not path or not label:
         raise SystemExit(f"{spec!r}: expected <ladder JSON>:<method>")
-    data = json.loads(Path(path).read_text())
+    data = _load(path)
     if label not in data.get("methods", {}) or label not in data.get("_per_problem", {}):
         raise SystemExit(f"{path} has no per-problem records of {label!r} (it holds {sorted(data.get('methods', {}))})")
     return data, label, path
+
+
+@lru_cache(maxsize=None)
+def _load(path: str) -> dict[str, Any]:
+    """A ladder JSON, read once however many comparisons name it (only read, never changed here)."""
+    return json.loads(Path(path).read_text())
 
 
 def check_same_problems(a: dict[str, Any], b: dict[str, Any], a_path: str, b_path: str) -> dict[str, int]:
