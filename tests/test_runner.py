@@ -3,6 +3,7 @@ grading errors, and trained-checkpoint method selection. Uses a fake task and ba
 only the runner's contract with them is exercised."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -163,6 +164,25 @@ def test_config_mismatch_is_refused(tmp_path, change):
     method, backend = kwargs.pop("method"), kwargs.pop("backend")
     with pytest.raises(ResumeError, match="different settings"):
         run_eval(task, backend, method, out_dir=tmp_path, progress=False, **kwargs)
+
+
+def test_a_run_recorded_before_an_option_existed_resumes_under_its_default(tmp_path):
+    """A method option added later (``backup_marker``, default ``word``) is absent from an older run's
+    config.json: asking for the default resumes that run, asking for another value is refused."""
+    from anchored_reasoning.eval.runner import check_resume
+    from anchored_reasoning.methods import get_method
+
+    def config(**options):
+        method = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, **options)
+        return {"task": "prosqa", "split": "test", "backend": {}, "sampling": {},
+                "method": {"name": "anchor_chain", "style": "trained", "options": dataclasses.asdict(method)}}
+
+    old = config()
+    del old["method"]["options"]["backup_marker"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    assert check_resume(tmp_path, config(backup_marker="word")) == old
+    with pytest.raises(ResumeError, match="backup_marker: 'word' \\(in the run\\) != 'token'"):
+        check_resume(tmp_path, config(backup_marker="token"))
 
 
 def test_records_without_config_are_refused(tmp_path):

@@ -155,12 +155,29 @@ def _append(path: Path, records: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------------------------------------
 # config identity
 
+def _method_identity(method: Any) -> Any:
+    """A method's settings with every option filled in by the method itself, so a run recorded before an
+    option existed (``{..., "mark_backups": true}``) matches the same run asked for now, where the new
+    option holds its default (``backup_marker: "word"``); an explicit non-default value still differs."""
+    from anchored_reasoning.methods import get_method
+
+    if not (isinstance(method, dict) and isinstance(method.get("name"), str) and isinstance(method.get("options"), dict)):
+        return method
+    try:
+        built = get_method(method["name"], style=method.get("style") or "instruct", **method["options"])
+    except (ConfigError, TypeError):
+        return method
+    if not dataclasses.is_dataclass(built):
+        return method
+    return {**method, "options": {**method["options"], **dataclasses.asdict(built)}}
+
+
 def _identity(config: dict[str, Any]) -> dict[str, Any]:
     backend = {k: v for k, v in (config.get("backend") or {}).items() if k not in VOLATILE_BACKEND_KEYS}
     return {
         "task": config.get("task"),
         "split": config.get("split"),
-        "method": config.get("method"),
+        "method": _method_identity(config.get("method")),
         "backend": backend,
         "sampling": config.get("sampling"),
     }
