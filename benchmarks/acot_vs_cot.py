@@ -41,7 +41,7 @@ log = logging.getLogger("acot_vs_cot")
 
 METHODS = ["acot", "cot", "pause", "nocot", "stepwise"]
 #: Also runnable with --methods (not in the default set, which is the paper's table): the anchors decoded
-#: as a terse chain (methods.anchored.AnchorChain).
+#: as a terse chain (methods.anchor_chain.AnchorChain).
 EXTRA_METHODS = ["anchor_chain"]
 #: Method pairs compared per problem in ``goals`` when both ran.
 PAIRS = [("cot", "nocot"), ("acot", "cot"), ("acot", "pause"), ("anchor_chain", "cot"), ("anchor_chain", "nocot")]
