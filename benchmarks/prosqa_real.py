@@ -59,21 +59,29 @@ def accuracy_ci(values: list[float]) -> dict[str, Any]:
     return {"accuracy": round(c["mean"], 4), "ci95": [round(c["ci_low"], 4), round(c["ci_high"], 4)], "n": c["n"]}
 
 
-def shortcut_split(test: list, correct: dict[str, int]) -> dict[str, Any]:
-    """The test's best surface rule and the model's accuracy where the rule is right, wrong, or undecided."""
+def shortcut_groups(test: list) -> tuple[str, float, dict[str, str]]:
+    """The test's best surface rule, its accuracy, and per problem whether the rule is right, wrong, or
+    undecided (``rule_right`` / ``rule_wrong`` / ``undecided``)."""
     from anchored_reasoning.generators.shortcuts import RULES, example_problems, parse, rule_scores
 
     problems = example_problems(test)
     scores = rule_scores(problems)
     name = max(scores, key=scores.get)
-    groups: dict[str, list[float]] = {"rule_right": [], "rule_wrong": [], "undecided": []}
+    group = {}
     for ex, (question, gold) in zip(test, problems):
-        if ex.id not in correct:
-            continue
         pick = RULES[name](*parse(question))
-        key = "undecided" if pick is None else "rule_right" if pick == gold else "rule_wrong"
-        groups[key].append(float(correct[ex.id]))
-    return {"rule": name, "rule_accuracy": round(scores[name], 4),
+        group[ex.id] = "undecided" if pick is None else "rule_right" if pick == gold else "rule_wrong"
+    return name, scores[name], group
+
+
+def shortcut_split(test: list, correct: dict[str, int]) -> dict[str, Any]:
+    """The test's best surface rule and the model's accuracy where the rule is right, wrong, or undecided."""
+    name, score, group = shortcut_groups(test)
+    groups: dict[str, list[float]] = {"rule_right": [], "rule_wrong": [], "undecided": []}
+    for ex in test:
+        if ex.id in correct:
+            groups[group[ex.id]].append(float(correct[ex.id]))
+    return {"rule": name, "rule_accuracy": round(score, 4),
             **{k: accuracy_ci(v) for k, v in groups.items() if v}}
 
 

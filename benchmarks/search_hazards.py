@@ -15,7 +15,8 @@ where the wrong steps down went (``search_probe`` module doc). Seeds of one meth
 (the trace's own search for that problem) survives to the answer with probability
 ``(1 - h_start) (1 - h_down)^(d - 1) (1 - h_back)^b`` if every move broke a rule at its context's rate; the
 mean of that by hop count is set beside the share of searches that did reach the answer by legal steps.
-The gold search's steps down and back-ups by hop count are in ``gold_search``.
+The gold search's steps down and back-ups by hop count are in ``gold_search``, and by whether the split's
+surface rule is right on the problem in ``gold_search_by_surface_rule``.
 
 Writes ``benchmarks/results/search_hazards.json``.
 """
@@ -111,7 +112,7 @@ def model_by_hops(rows: list[dict[str, Any]], rate: dict[str, float], shape: dic
 
 
 def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> dict[str, Any]:
-    from prosqa_real import entry_key, seed_groups
+    from prosqa_real import entry_key, seed_groups, shortcut_groups
 
     from anchored_reasoning.eval.probes import hops_of
     from anchored_reasoning.eval.runner import load_records
@@ -140,9 +141,19 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> d
     by_hops: dict[int, list[dict[str, int]]] = {}
     for ex in test:
         by_hops.setdefault(hops_of(ex), []).append(shape[ex.id])
-    gold = {str(h): {"n": len(v), "down": round(sum(s["down"] for s in v) / len(v), 2),
-                     "back": round(sum(s["back"] for s in v) / len(v), 2)} for h, v in sorted(by_hops.items())}
-    return {"groups": out, "gold_search": gold}
+    gold = {str(h): _shape_mean(v) for h, v in sorted(by_hops.items())}
+    # where the split's surface rule is wrong the search is shorter: why every model scores higher there
+    rule, _, rule_group = shortcut_groups(test)
+    by_rule: dict[str, list[dict[str, int]]] = {}
+    for ex in test:
+        by_rule.setdefault(rule_group[ex.id], []).append(shape[ex.id])
+    return {"groups": out, "gold_search": gold,
+            "gold_search_by_surface_rule": {"rule": rule, **{g: _shape_mean(v) for g, v in sorted(by_rule.items())}}}
+
+
+def _shape_mean(shapes: list[dict[str, int]]) -> dict[str, Any]:
+    return {"n": len(shapes), "down": round(sum(s["down"] for s in shapes) / len(shapes), 2),
+            "back": round(sum(s["back"] for s in shapes) / len(shapes), 2)}
 
 
 def main(argv=None) -> int:

@@ -22,6 +22,9 @@ def test_a_model_riding_the_best_rule_is_wrong_wherever_the_rule_is():
     assert got["rule_right"]["n"] + got["rule_wrong"]["n"] + got.get("undecided", {}).get("n", 0) == 60
     always = prosqa_real.shortcut_split(test, {e.id: 1 for e in test})
     assert always["rule_wrong"]["accuracy"] == 1.0
+    name, score, group = prosqa_real.shortcut_groups(test)  # per problem, as search_hazards reads it
+    assert name == first["rule"] and round(score, 4) == first["rule_accuracy"] and set(group) == {e.id for e in test}
+    assert all(group[e.id] == ("rule_right" if riding[e.id] else "rule_wrong") for e in test if group[e.id] != "undecided")
 
 
 def test_heldout_problems_leave_out_the_training_questions(monkeypatch):
