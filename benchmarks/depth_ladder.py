@@ -239,7 +239,7 @@ def goals(results: dict[str, Any], hops: dict[str, int]) -> dict[str, Any]:
         if {"cot", "nocot"} <= set(results) else {}
     # the anchors decoded (anchor_chain, anchor_walk) against the full chain and against one pass, with the
     # token ratio
-    for chain in ("anchor_chain", "anchor_walk", "anchor_walk_back", "anchor_walk_back_token"):
+    for chain in (label for label, (method, _, _) in METHODS.items() if method == "anchor_chain"):
         for base in ("cot", "nocot"):
             if {chain, base} <= set(results):
                 extra[f"{chain}_minus_{base}"] = {

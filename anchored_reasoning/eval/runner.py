@@ -167,9 +167,7 @@ def _method_identity(method: Any) -> Any:
         built = get_method(method["name"], style=method.get("style") or "instruct", **method["options"])
     except (ConfigError, TypeError):
         return method
-    if not dataclasses.is_dataclass(built):
-        return method
-    return {**method, "options": {**method["options"], **dataclasses.asdict(built)}}
+    return {**method, "options": {**method["options"], **describe_method(built)["options"]}}
 
 
 def _identity(config: dict[str, Any]) -> dict[str, Any]:
