@@ -187,3 +187,19 @@ def test_every_grpo_recipe_validates():
             if not torch.cuda.is_available():
                 with pytest.raises(ConfigError, match="CUDA|vLLM"):
                     grpo.check_generation_backend(config)
+
+
+def test_a_policy_from_a_preset_gets_the_method_s_own_tokens(tmp_path):
+    """``load_policy(extra_tokens=method.added_tokens)``: a GRPO policy built from scratch writes the one-token
+    back-up marker as one token, as the supervised trainer's does."""
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.train.grpo import load_policy
+
+    method = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token")
+    texts = ["Tom terpus gorpus terpus lempus"] * 20
+    model, tok = load_policy({"preset": "gpt2-tiny"}, texts, tmp_path, 0, method.added_tokens)
+    row = tok.convert_tokens_to_ids("[Back]")
+    assert row != tok.unk_token_id and tok.convert_ids_to_tokens(row) == "[Back]"
+    assert model.get_input_embeddings().weight.shape[0] == len(tok) > row
+    _, plain = load_policy({"preset": "gpt2-tiny"}, texts, tmp_path / "plain", 0)
+    assert "[Back]" not in plain.get_vocab()

@@ -343,6 +343,17 @@ def test_a_walk_can_mark_its_back_ups():
         get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="Up")
     with pytest.raises(ConfigError, match="backup_marker needs mark_backups"):
         get_method("anchor_chain", style="trained", revisits=True, backup_marker="token")
+    # where the marker's embedding starts: the word's tokens, or (default) the resize's
+    assert token.added_token_inits == {} and marked.added_token_inits == {}
+    word_init = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token",
+                           backup_marker_init="word")
+    assert word_init.added_token_inits == {"[Back]": " Back"}
+    assert word_init.render(search, "prosqa").target == token.render(search, "prosqa").target
+    with pytest.raises(ConfigError, match="backup_marker_init must be one of"):
+        get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token",
+                   backup_marker_init="zero")
+    with pytest.raises(ConfigError, match="backup_marker_init needs backup_marker: token"):
+        get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker_init="word")
 
 
 def test_a_method_s_own_tokens_are_added_once_and_cost_one_token_a_back_up():
@@ -362,6 +373,45 @@ def test_a_method_s_own_tokens_are_added_once_and_cost_one_token_a_back_up():
     assert tok.convert_ids_to_tokens(tok.convert_tokens_to_ids("[Back]")) == "[Back]"
     plain, marked = (len(tok(text)["input_ids"]) for text in (" Tom terpus gorpus terpus", " Tom terpus gorpus[Back] terpus"))
     assert marked == plain + 1
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_an_added_token_can_start_as_the_mean_of_a_words_embeddings(tied):
+    """``add_special_tokens(init=method.added_token_inits)``: ``[Back]``'s new input row (and output row, where
+    the head is not tied) is the mean of `` Back``'s token rows; a second call leaves a trained row alone."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from anchored_reasoning.models.zoo import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("logic-gpt2-search"))
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_layer=1, n_head=2, n_embd=8, n_positions=64,
+                                       tie_word_embeddings=tied))
+    method = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token",
+                        backup_marker_init="word")
+    add_special_tokens(tok, model, extra=method.added_tokens, init=method.added_token_inits)
+    row, word = tok.convert_tokens_to_ids("[Back]"), tok(" Back", add_special_tokens=False)["input_ids"]
+    assert len(word) == 2
+    for table in (model.get_input_embeddings().weight, model.get_output_embeddings().weight):
+        assert torch.allclose(table[row], table[word].mean(0))
+    assert (model.get_input_embeddings().weight is model.get_output_embeddings().weight) == tied
+    with torch.no_grad():
+        model.get_input_embeddings().weight[row] += 1.0
+    trained = model.get_input_embeddings().weight[row].clone()
+    add_special_tokens(tok, model, extra=method.added_tokens, init=method.added_token_inits)
+    assert torch.equal(model.get_input_embeddings().weight[row], trained)
+
+
+def test_an_init_text_must_be_base_vocabulary():
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from anchored_reasoning.models.zoo import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("logic-gpt2-search"))
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_layer=1, n_head=2, n_embd=8, n_positions=64))
+    with pytest.raises(ConfigError, match="cannot initialise"):
+        add_special_tokens(tok, model, extra=["[Back]"], init={"[Back]": "[BoA]"})
 
 
 @pytest.mark.parametrize("task", sorted(EXAMPLES))

@@ -20,6 +20,8 @@ from anchored_reasoning.types import Example
 
 #: How ``anchor_chain`` marks a walk's back-up: the word ``Back``, or the added token ``[Back]``.
 BACKUP_MARKERS = ("word", "token")
+#: Where the token marker's embedding starts: the resize's mean of the vocabulary, or the word ``Back``'s tokens.
+MARKER_INITS = ("mean", "word")
 
 
 @dataclass
@@ -54,6 +56,10 @@ class AnchorChain(TrainedMethod):
     #: to the node backed up from (``Rex rempus impus[Back] rempus lempus``): one token a back-up on any
     #: tokenizer, a new embedding where ``Back`` is a word the backbone read in its pretraining searches.
     backup_marker: str = "word"
+    #: With ``backup_marker: token``: ``mean`` starts ``[Back]``'s embedding where resizing puts a new row (the
+    #: vocabulary's mean); ``word`` starts it as the mean of the embeddings of `` Back``'s tokens, so the marker
+    #: begins as the word the backbone read at every back-up of its pretraining searches.
+    backup_marker_init: str = "mean"
 
     def __post_init__(self) -> None:
         m = self.max_anchors
@@ -69,6 +75,11 @@ class AnchorChain(TrainedMethod):
                               f"got {self.backup_marker!r}")
         if self.backup_marker != "word" and not self.mark_backups:
             raise ConfigError("method anchor_chain: option backup_marker needs mark_backups: true")
+        if self.backup_marker_init not in MARKER_INITS:
+            raise ConfigError(f"method anchor_chain: option backup_marker_init must be one of {', '.join(MARKER_INITS)}, "
+                              f"got {self.backup_marker_init!r}")
+        if self.backup_marker_init != "mean" and self.backup_marker != "token":
+            raise ConfigError("method anchor_chain: option backup_marker_init needs backup_marker: token")
         super().__post_init__()
 
     def render(self, example: Example, task: Any = None) -> Rendered:
@@ -99,3 +110,7 @@ class AnchorChain(TrainedMethod):
     @property
     def added_tokens(self) -> tuple[str, ...]:
         return (BACK_TOKEN,) if self.mark_backups and self.backup_marker == "token" else ()
+
+    @property
+    def added_token_inits(self) -> dict[str, str]:
+        return {BACK_TOKEN: " " + BACK_WORD} if self.added_tokens and self.backup_marker_init == "word" else {}

@@ -35,7 +35,7 @@ import dataclasses
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from anchored_reasoning.anchors import extract_anchors
 from anchored_reasoning.errors import ConfigError
@@ -56,11 +56,15 @@ GSM8K_ANSWER_PREFIX = "#### "
 ANSWER_PREFIX = "### "
 
 
-def add_special_tokens(tokenizer: Any, model: Any = None, extra: Sequence[str] = ()) -> int:
+def add_special_tokens(tokenizer: Any, model: Any = None, extra: Sequence[str] = (),
+                       init: Mapping[str, str] | None = None) -> int:
     """Add :data:`SPECIAL_TOKENS` and ``extra`` (a method's own, :attr:`TrainedMethod.added_tokens`) to
     ``tokenizer`` (as special tokens, never split) unless they are there already, and resize ``model``'s
-    input/output embeddings to the tokenizer's length when they are too small. Idempotent. Returns how
-    many tokens were added (0 the second time)."""
+    input/output embeddings to the tokenizer's length when they are too small. ``init`` (a method's
+    :attr:`TrainedMethod.added_token_inits`) maps an added token to a text: the token's new embedding row
+    starts as the mean of that text's token embeddings (``[Back]`` from `` Back``) instead of the resize's
+    mean of the whole vocabulary. Idempotent: a token the model already has a row for is left alone.
+    Returns how many tokens were added (0 the second time)."""
     vocab = tokenizer.get_vocab()
     missing = [t for t in dict.fromkeys([*SPECIAL_TOKENS, *extra]) if t not in vocab]
     added = int(tokenizer.add_tokens(missing, special_tokens=True)) if missing else 0
@@ -69,7 +73,29 @@ def add_special_tokens(tokenizer: Any, model: Any = None, extra: Sequence[str] =
         if size < len(tokenizer):
             model.resize_token_embeddings(len(tokenizer))
             log.info("resized embeddings %d -> %d for %d special tokens", size, len(tokenizer), added)
+            _init_rows(tokenizer, model, {t: x for t, x in (init or {}).items() if tokenizer.convert_tokens_to_ids(t) >= size})
     return added
+
+
+def _init_rows(tokenizer: Any, model: Any, init: Mapping[str, str]) -> None:
+    """Each token's input (and untied output) embedding row := the mean of its text's token rows."""
+    import torch
+
+    tables = [model.get_input_embeddings().weight]
+    out = model.get_output_embeddings()
+    if out is not None and out.weight.data_ptr() != tables[0].data_ptr():
+        tables.append(out.weight)
+    added = set(tokenizer.get_added_vocab().values())
+    for token, text in init.items():
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids or added.intersection(ids):
+            raise ConfigError(f"cannot initialise {token!r} from {text!r}: it must be text the base vocabulary "
+                              f"writes without added tokens (got ids {ids})")
+        row = tokenizer.convert_tokens_to_ids(token)
+        with torch.no_grad():
+            for table in tables:
+                table[row] = table[ids].mean(0)
+        log.info("embedding of %s initialised as the mean of %s (%d tokens)", token, text.strip(), len(ids))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,6 +190,11 @@ class TrainedMethod:
     def added_tokens(self) -> tuple[str, ...]:
         """Tokens this method writes beyond :data:`SPECIAL_TOKENS`, added to the tokenizer before training."""
         return ()
+
+    @property
+    def added_token_inits(self) -> dict[str, str]:
+        """Added token -> a text whose tokens' mean embedding starts its row (:func:`add_special_tokens`)."""
+        return {}
 
     def __post_init__(self) -> None:
         if self.step_separator not in STEP_SEPARATORS:

@@ -83,10 +83,13 @@ def build_tokenizer_from_texts(texts: Sequence[str], out_dir: Path, vocab_size: 
 
 
 def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int,
-                              tokenizer_dir: Path | None = None, extra_tokens: Sequence[str] = ()):
+                              tokenizer_dir: Path | None = None, extra_tokens: Sequence[str] = (),
+                              token_inits: Mapping[str, str] | None = None):
     """The model and its tokenizer. ``tokenizer_dir``: a saved tokenizer to use instead of training
     one (a resumed run reuses its checkpoint's, so token ids cannot change under the weights).
-    ``extra_tokens``: the method's own added tokens (``TrainedMethod.added_tokens``)."""
+    ``extra_tokens``: the method's own added tokens (``TrainedMethod.added_tokens``); ``token_inits``: the
+    texts their embeddings start from (``TrainedMethod.added_token_inits``; a pretrained model only, a
+    model from scratch has no embedding worth averaging)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
@@ -140,7 +143,7 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        add_special_tokens(tokenizer, model, extra=extra_tokens)
+        add_special_tokens(tokenizer, model, extra=extra_tokens, init=token_inits)
     model.config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -245,7 +248,7 @@ def run_with_examples(
     needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
     texts = training_texts(train_examples[:5000], method, task_name) if needs_tokenizer else []
     model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed, plan.tokenizer_dir,
-                                                 method.added_tokens)
+                                                 method.added_tokens, method.added_token_inits)
     logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
     anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
 

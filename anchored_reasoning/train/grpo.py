@@ -172,15 +172,18 @@ def build_rows(examples: Sequence[Example], prompting: Prompting, task: Any, tok
     return rows
 
 
-def load_policy(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int):
-    """(model, tokenizer) for an AR policy; instruct models keep their vocabulary (vLLM loads them as is)."""
+def load_policy(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int,
+                extra_tokens: Sequence[str] = ()):
+    """(model, tokenizer) for an AR policy; instruct models keep their vocabulary (vLLM loads them as is).
+    ``extra_tokens``: the method's own (``TrainedMethod.added_tokens``), for a policy built from a preset; a
+    checkpoint's tokenizer already holds its method's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from anchored_reasoning.models.zoo import resolve_model
     from anchored_reasoning.train import ar
 
     if model_cfg.get("preset"):
-        model, tokenizer = ar.build_model_and_tokenizer(model_cfg, texts, work_dir, seed)
+        model, tokenizer = ar.build_model_and_tokenizer(model_cfg, texts, work_dir, seed, extra_tokens=extra_tokens)
     else:
         if not model_cfg.get("name"):
             raise ConfigError("recipe 'model' needs 'name' (a checkpoint, Hub id or alias) or 'preset'")
@@ -271,7 +274,8 @@ def build_trainer(plan: Plan, callbacks: Sequence[Any] = ()):
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     needs_texts = model_cfg.get("preset") and model_cfg.get("tokenizer") in (None, "train")
     texts = training_texts(plan.examples[:5000], plan.prompting.method, plan.task.name) if needs_texts else []
-    model, tokenizer = load_policy(model_cfg, texts, Path(config.output_dir), int(plan.recipe.get("seed", 0)))
+    model, tokenizer = load_policy(model_cfg, texts, Path(config.output_dir), int(plan.recipe.get("seed", 0)),
+                                   getattr(plan.prompting.method, "added_tokens", ()))
     table = AnchorTable(tokenizer, config.ant_token) if getattr(plan.prompting.method, "anchored", False) else None
     rows = build_rows(plan.examples, plan.prompting, plan.task, tokenizer, table)
     if table is not None:
