@@ -297,7 +297,6 @@ def test_accelerate_launch_two_processes(tmp_path):
     import os
     import shutil
     import subprocess
-    import sys
     from pathlib import Path
 
     from anchored_reasoning.resources import builtin_dir

@@ -18,7 +18,7 @@ import pytest
 from anchored_reasoning.errors import ConfigError, ResumeError
 from anchored_reasoning.eval.runner import build_method, load_records, run_eval
 from anchored_reasoning.methods.prompting import CoT, NoCoT
-from anchored_reasoning.types import Completion, Example, Grade, Prompt, SamplingSpec
+from anchored_reasoning.types import Completion, Example, Grade, SamplingSpec
 
 
 class FakeTask:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 

@@ -176,8 +176,8 @@ class OpenAIBackend:
                               f"(got timeout_growth={timeout_growth}, max_timeout={max_timeout}, timeout={timeout})")
         if not api_key_env or not api_key_env.replace("_", "").isalnum():
             raise ConfigError(
-                f"openai backend: api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
-                f"not the key itself"
+                "openai backend: api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), "
+                "not the key itself"
             )
         self.model = _served_name(model)
         self.base_url = normalize_base_url(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
