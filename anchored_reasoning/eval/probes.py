@@ -32,6 +32,7 @@ from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 from anchored_reasoning.eval.metrics import mean_ci
+from anchored_reasoning.generators.traces import STEP
 from anchored_reasoning.types import Example
 
 SWAP_SUFFIX = "~swap"
@@ -139,7 +140,6 @@ def prontoqa_polarity_examples(examples: Sequence[Example]) -> list[Example]:
 
 #: what :func:`chain_check` calls a derivation: right, a step made up, a wrong branch, no step at all
 CHAIN_KINDS = ("ok", "lookup", "search", "none")
-_STEP = re.compile(r"^(?:Every )?(\S+) is an? (\S+?)\.?$")
 
 
 _CHAIN = re.compile(r"^[A-Za-z]+(?:\s+[A-Za-z]+)+$")
@@ -156,7 +156,7 @@ def derivation_steps(text: str) -> list[tuple[str, str]]:
     A derivation written as a bare chain of nodes (the ``anchor_chain`` method: ``Tom terpus lempus``) gives its
     consecutive pairs."""
     text = derivation_text(text)
-    steps = [m.groups() for m in (_STEP.match(s.strip()) for s in re.split(r"(?<=\.)\s+|\n", text)) if m]
+    steps = [m.groups() for m in (STEP.fullmatch(s.strip()) for s in re.split(r"(?<=\.)\s+|\n", text)) if m]
     words = text.split()
     if not steps and _CHAIN.match(text.strip()) and not {"is", "a", "an", "Every"} & set(words):
         steps = list(zip(words, words[1:]))

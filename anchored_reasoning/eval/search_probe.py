@@ -30,13 +30,11 @@ just backed up from or to another visited one.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Sequence
 
-from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_UP, BACK_WORD
+from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_UP, BACK_WORD, STEP
 from anchored_reasoning.types import Example
 
-_DOWN = re.compile(r"(?:Every )?(\w+) is a (\w+)\.")
 ERRORS = ("made_up", "revisit", "backed_up_early", "wrong_parent", "unparsed", "ran_on", "stopped_short")
 #: the move before a move: the first one, after a step down, after a back-up
 CONTEXTS = ("start", "down", "back")
@@ -63,7 +61,7 @@ def _moves(sentences: Sequence[str], stack: list[str], form: str):
             else:
                 yield "unparsed", sent
             continue
-        down, back = _DOWN.fullmatch(sent), BACK_UP.fullmatch(sent)
+        down, back = STEP.fullmatch(sent), BACK_UP.fullmatch(sent)
         if down:
             yield "down", down.group(1), down.group(2)
         elif back:

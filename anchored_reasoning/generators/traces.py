@@ -70,6 +70,8 @@ BACK_WORD = "Back"
 BACK_TOKEN = "[Back]"
 #: A ``dfs`` back-up step as written (:func:`prosqa_dfs`) and as read back (anchors, search replay): the parent.
 BACK_UP = re.compile(BACK_WORD + r" to (\w+)\.")
+#: A step down as read back (the probes, the search replay): ``X is a Y.`` / ``Every X is a Y.`` -> (X, Y).
+STEP = re.compile(r"(?:Every )?(\S+) is an? (\S+?)\.?")
 
 _SENTENCE = re.compile(r"[^.]+\.")
 
