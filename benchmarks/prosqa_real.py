@@ -174,16 +174,17 @@ def recipe_lr() -> float:
 
 
 def entry_key(entry: dict[str, Any]) -> str:
-    """``<method>[_curriculum][_walk[_back[_token[_word]]]][_<trace>][_<backbone>][_lr<lr>]_s<seed>``:
+    """``<method>[_curriculum][_walk[_back[_token[_word][_x<width>]]]][_<trace>][_<backbone>][_lr<lr>]_s<seed>``:
     ``curriculum`` for a run whose steps a curriculum removes (the paper's pause / ACoT / stepwise), ``walk`` for
     an anchor chain with ``revisits`` (``walk_back`` with its back-ups marked, ``_token`` by the one-token marker,
-    ``_word`` where that token's embedding started from the word's), the
+    ``_word`` where that token's embedding started from the word's, ``_x2`` two of them a back-up), the
     trace when not forward, the backbone's folder name when it is not the recipe's ``logic-gpt2-shift``, the
     learning rate when not the recipe's."""
     curriculum = "_curriculum" if entry.get("curriculum") else ""
     options = entry.get("method_options") or {}
     back = "_back_token" if options.get("backup_marker") == "token" else "_back"
     back += "_word" if options.get("backup_marker_init") == "word" else ""
+    back += f"_x{options['backup_marker_width']}" if options.get("backup_marker_width", 1) != 1 else ""
     walk = ("_walk" + (back if options.get("mark_backups") else "")) if options.get("revisits") else ""
     trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
     model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name

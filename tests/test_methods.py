@@ -354,6 +354,17 @@ def test_a_walk_can_mark_its_back_ups():
                    backup_marker_init="zero")
     with pytest.raises(ConfigError, match="backup_marker_init needs backup_marker: token"):
         get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker_init="word")
+    # a wider fresh marker: the word's two positions without its pretrained meaning
+    wide = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token",
+                      backup_marker_width=2)
+    assert wide.render(search, "prosqa").target == "Tom terpus gorpus[Back][Back] terpus lempus" + EOA + "\n### Tom is a lempus."
+    assert wide.added_tokens == ("[Back]",)
+    for bad in (0, True, 1.5):
+        with pytest.raises(ConfigError, match="backup_marker_width must be an integer"):
+            get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token",
+                       backup_marker_width=bad)
+    with pytest.raises(ConfigError, match="backup_marker_width needs backup_marker: token"):
+        get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker_width=2)
 
 
 def test_a_method_s_own_tokens_are_added_once_and_cost_one_token_a_back_up():
@@ -371,8 +382,9 @@ def test_a_method_s_own_tokens_are_added_once_and_cost_one_token_a_back_up():
     assert add_special_tokens(tok, model, extra=method.added_tokens) == 0
     assert model.get_input_embeddings().weight.shape[0] == len(tok)
     assert tok.convert_ids_to_tokens(tok.convert_tokens_to_ids("[Back]")) == "[Back]"
-    plain, marked = (len(tok(text)["input_ids"]) for text in (" Tom terpus gorpus terpus", " Tom terpus gorpus[Back] terpus"))
-    assert marked == plain + 1
+    plain, marked, wide = (len(tok(text)["input_ids"]) for text in (
+        " Tom terpus gorpus terpus", " Tom terpus gorpus[Back] terpus", " Tom terpus gorpus[Back][Back] terpus"))
+    assert marked == plain + 1 and wide == plain + 2
 
 
 @pytest.mark.parametrize("tied", [True, False])

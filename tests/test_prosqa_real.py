@@ -73,6 +73,8 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
     assert prosqa_real.entry_key(word) == "anchor_chain_walk_back_token_word_dfs_s2"
     assert prosqa_real.entry_key({**walk, "method_options": {**word["method_options"], "backup_marker_init": "mean"}}) == \
         "anchor_chain_walk_back_token_dfs_s2"
+    wide = {**walk, "method_options": {**token["method_options"], "backup_marker_width": 2}}
+    assert prosqa_real.entry_key(wide) == "anchor_chain_walk_back_token_x2_dfs_s2"
     # the paper's baselines remove the steps through a curriculum: never the key of the method's plain run
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": True}) == "acot_curriculum_dfs_s2"
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": False}) == "acot_dfs_s2"

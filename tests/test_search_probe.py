@@ -91,6 +91,7 @@ def test_a_walk_of_nodes_replays_like_the_search_it_abbreviates(test_split):
     glued = " ".join(n + "[Back]" if i + 1 < len(walk) and walk[i + 1] in walk[:i + 1] else n for i, n in enumerate(walk))
     assert "[Back] zhorpus" in glued
     assert replay(ex, chain([glued]), "walk") == r
+    assert replay(ex, chain([glued.replace("[Back]", "[Back][Back]")]), "walk") == r  # backup_marker_width 2
 
 
 def test_summary_counts_searches_and_whether_the_answer_follows(test_split):

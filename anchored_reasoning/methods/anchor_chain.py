@@ -60,6 +60,10 @@ class AnchorChain(TrainedMethod):
     #: vocabulary's mean); ``word`` starts it as the mean of the embeddings of `` Back``'s tokens, so the marker
     #: begins as the word the backbone read at every back-up of its pretraining searches.
     backup_marker_init: str = "mean"
+    #: With ``backup_marker: token``: how many ``[Back]`` tokens a back-up writes (``impus[Back][Back] rempus``
+    #: at 2). The word ``Back`` is two tokens with the logic tokenizer; a width of 2 gives the fresh marker the
+    #: word's extra position, to tell the position apart from the word's pretrained meaning.
+    backup_marker_width: int = 1
 
     def __post_init__(self) -> None:
         m = self.max_anchors
@@ -80,6 +84,11 @@ class AnchorChain(TrainedMethod):
                               f"got {self.backup_marker_init!r}")
         if self.backup_marker_init != "mean" and self.backup_marker != "token":
             raise ConfigError("method anchor_chain: option backup_marker_init needs backup_marker: token")
+        w = self.backup_marker_width
+        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+            raise ConfigError(f"method anchor_chain: option backup_marker_width must be an integer >= 1, got {w!r}")
+        if w != 1 and self.backup_marker != "token":
+            raise ConfigError("method anchor_chain: option backup_marker_width needs backup_marker: token")
         super().__post_init__()
 
     def render(self, example: Example, task: Any = None) -> Rendered:
@@ -105,7 +114,8 @@ class AnchorChain(TrainedMethod):
         backs = [node in walk[:i] for i, node in enumerate(walk)]
         if self.backup_marker == "word":
             return [f"{BACK_WORD} {node}" if back else node for node, back in zip(walk, backs)]
-        return [node + BACK_TOKEN if i + 1 < len(walk) and backs[i + 1] else node for i, node in enumerate(walk)]
+        marker = BACK_TOKEN * self.backup_marker_width
+        return [node + marker if i + 1 < len(walk) and backs[i + 1] else node for i, node in enumerate(walk)]
 
     @property
     def added_tokens(self) -> tuple[str, ...]:
