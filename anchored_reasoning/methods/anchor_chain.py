@@ -66,28 +66,20 @@ class AnchorChain(TrainedMethod):
     backup_marker_width: int = 1
 
     def __post_init__(self) -> None:
-        m = self.max_anchors
-        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
-            raise ConfigError(f"method anchor_chain: option max_anchors must be an integer >= 1 or null, got {m!r}")
+        self._require_int("max_anchors", 1, nullable=True)
         for key in ("negation", "conclusion", "revisits", "mark_backups"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"method anchor_chain: option {key} must be true or false, got {getattr(self, key)!r}")
         if self.mark_backups and not self.revisits:
             raise ConfigError("method anchor_chain: option mark_backups needs revisits: true (only a walk backs up)")
-        if self.backup_marker not in BACKUP_MARKERS:
-            raise ConfigError(f"method anchor_chain: option backup_marker must be one of {', '.join(BACKUP_MARKERS)}, "
-                              f"got {self.backup_marker!r}")
+        self._require_choice("backup_marker", BACKUP_MARKERS)
         if self.backup_marker != "word" and not self.mark_backups:
             raise ConfigError("method anchor_chain: option backup_marker needs mark_backups: true")
-        if self.backup_marker_init not in MARKER_INITS:
-            raise ConfigError(f"method anchor_chain: option backup_marker_init must be one of {', '.join(MARKER_INITS)}, "
-                              f"got {self.backup_marker_init!r}")
+        self._require_choice("backup_marker_init", MARKER_INITS)
         if self.backup_marker_init != "mean" and self.backup_marker != "token":
             raise ConfigError("method anchor_chain: option backup_marker_init needs backup_marker: token")
-        w = self.backup_marker_width
-        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
-            raise ConfigError(f"method anchor_chain: option backup_marker_width must be an integer >= 1, got {w!r}")
-        if w != 1 and self.backup_marker != "token":
+        self._require_int("backup_marker_width", 1)
+        if self.backup_marker_width != 1 and self.backup_marker != "token":
             raise ConfigError("method anchor_chain: option backup_marker_width needs backup_marker: token")
         super().__post_init__()
 

@@ -196,18 +196,28 @@ class TrainedMethod:
         """Added token -> a text whose tokens' mean embedding starts its row (:func:`add_special_tokens`)."""
         return {}
 
+    def _require_int(self, key: str, minimum: int, nullable: bool = False) -> None:
+        """Refuse option ``key`` unless it is an integer (not a bool) >= ``minimum``, or None where ``nullable``."""
+        value = getattr(self, key)
+        if nullable and value is None:
+            return
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ConfigError(f"method {self.name}: option {key} must be an integer >= {minimum}"
+                              f"{' or null' if nullable else ''}, got {value!r}")
+
+    def _require_choice(self, key: str, choices: Sequence[str]) -> None:
+        """Refuse option ``key`` unless it is one of ``choices``."""
+        value = getattr(self, key)
+        if value not in choices:
+            raise ConfigError(f"method {self.name}: option {key} must be one of {', '.join(choices)}, got {value!r}")
+
     def __post_init__(self) -> None:
         if self.step_separator not in STEP_SEPARATORS:
             raise ConfigError(f"method {self.name}: option step_separator must be a newline or a space, "
                               f"got {self.step_separator!r}")
-        if self.step_format not in STEP_FORMATS:
-            raise ConfigError(
-                f"method {self.name}: option step_format must be one of {', '.join(STEP_FORMATS)}, got {self.step_format!r}"
-            )
+        self._require_choice("step_format", STEP_FORMATS)
         for key in ("k", "remove_steps_per_stage"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"method {self.name}: option {key} must be an integer >= 0, got {value!r}")
+            self._require_int(key, 0)
         if self.stage is None:
             self.stage = self.num_stages - 1
         if not isinstance(self.stage, int) or not 0 <= self.stage < self.num_stages:
@@ -327,9 +337,7 @@ class SlotMethod(TrainedMethod):
     tokens_per_anchor: int = 1
 
     def __post_init__(self) -> None:
-        value = self.tokens_per_anchor
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"method {self.name}: option tokens_per_anchor must be an integer >= 1, got {value!r}")
+        self._require_int("tokens_per_anchor", 1)
         super().__post_init__()
 
     def slot_tokens(self, stage: int | None = None) -> int:
@@ -381,8 +389,7 @@ class Stepwise(TrainedMethod):
     stages: int = 6
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stages, int) or isinstance(self.stages, bool) or self.stages < 0:
-            raise ConfigError(f"method stepwise: option stages must be an integer >= 0, got {self.stages!r}")
+        self._require_int("stages", 0)
         super().__post_init__()
 
     def _slot_stages(self) -> int:
