@@ -138,22 +138,20 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> d
                      "per_run_rate": {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs},
                      "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])),
                      "model": model_by_hops(rows, {c: h[c]["rate"] for c in CONTEXTS}, shape)}
-    by_hops: dict[int, list[dict[str, int]]] = {}
-    for ex in test:
-        by_hops.setdefault(hops_of(ex), []).append(shape[ex.id])
-    gold = {str(h): _shape_mean(v) for h, v in sorted(by_hops.items())}
+    gold = {str(h): v for h, v in _shape_means(test, shape, hops_of).items()}
     # where the split's surface rule is wrong the search is shorter: why every model scores higher there
     rule, _, rule_group = shortcut_groups(test)
-    by_rule: dict[str, list[dict[str, int]]] = {}
-    for ex in test:
-        by_rule.setdefault(rule_group[ex.id], []).append(shape[ex.id])
     return {"groups": out, "gold_search": gold,
-            "gold_search_by_surface_rule": {"rule": rule, **{g: _shape_mean(v) for g, v in sorted(by_rule.items())}}}
+            "gold_search_by_surface_rule": {"rule": rule, **_shape_means(test, shape, lambda ex: rule_group[ex.id])}}
 
 
-def _shape_mean(shapes: list[dict[str, int]]) -> dict[str, Any]:
-    return {"n": len(shapes), "down": round(sum(s["down"] for s in shapes) / len(shapes), 2),
-            "back": round(sum(s["back"] for s in shapes) / len(shapes), 2)}
+def _shape_means(test: list, shape: dict[str, dict[str, int]], key_of) -> dict[Any, dict[str, Any]]:
+    """The gold search's mean steps down and back-ups per group of problems (``key_of(example)``), groups sorted."""
+    groups: dict[Any, list[dict[str, int]]] = {}
+    for ex in test:
+        groups.setdefault(key_of(ex), []).append(shape[ex.id])
+    return {k: {"n": len(v), "down": round(sum(s["down"] for s in v) / len(v), 2),
+                "back": round(sum(s["back"] for s in v) / len(v), 2)} for k, v in sorted(groups.items())}
 
 
 def main(argv=None) -> int:
