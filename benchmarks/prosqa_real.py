@@ -133,16 +133,17 @@ def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]
     return counts
 
 
-def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str, int], walk: bool = False) -> dict[str, Any]:
+def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str, int], walk: bool = False,
+           marker: str = "Back") -> dict[str, Any]:
     """The written steps read against each graph, the way the run's trace writes them (``walk``: a search
-    written as the nodes it walks, the anchor chain with ``revisits``)."""
+    written as the nodes it walks, the anchor chain with ``revisits``; ``marker``: its back-up word)."""
     from anchored_reasoning.eval.probes import chain_summary
     from anchored_reasoning.eval.search_probe import search_summary
 
     if trace == "options_backward":
         return backward_chains(test, records)
     if trace in ("dfs", "dfs_paths"):  # a written search: replayed, its first error named
-        return search_summary(records, test, form="walk" if walk and trace == "dfs" else trace)
+        return search_summary(records, test, form="walk" if walk and trace == "dfs" else trace, marker=marker)
     return chain_summary(records, test, hops)
 
 
@@ -174,9 +175,10 @@ def recipe_lr() -> float:
 
 
 def entry_key(entry: dict[str, Any]) -> str:
-    """``<method>[_curriculum][_walk[_back[_token[_word][_x<width>]]]][_<trace>][_<backbone>][_lr<lr>]_s<seed>``:
+    """``<method>[_curriculum][_walk[_back[_as_<word>|_token[_word][_x<width>]]]][_<trace>][_<backbone>][_lr<lr>]_s<seed>``:
     ``curriculum`` for a run whose steps a curriculum removes (the paper's pause / ACoT / stepwise), ``walk`` for
-    an anchor chain with ``revisits`` (``walk_back`` with its back-ups marked, ``_token`` by the one-token marker,
+    an anchor chain with ``revisits`` (``walk_back`` with its back-ups marked, ``_as_B`` by a word other than
+    ``Back``, ``_token`` by the one-token marker,
     ``_word`` where that token's embedding started from the word's, ``_x2`` two of them a back-up), the
     trace when not forward, the backbone's folder name when it is not the recipe's ``logic-gpt2-shift``, the
     learning rate when not the recipe's."""
@@ -185,6 +187,7 @@ def entry_key(entry: dict[str, Any]) -> str:
     back = "_back_token" if options.get("backup_marker") == "token" else "_back"
     back += "_word" if options.get("backup_marker_init") == "word" else ""
     back += f"_x{options['backup_marker_width']}" if options.get("backup_marker_width", 1) != 1 else ""
+    back += f"_as_{options['backup_word']}" if options.get("backup_word", "Back") != "Back" else ""
     walk = ("_walk" + (back if options.get("mark_backups") else "")) if options.get("revisits") else ""
     trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
     model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name
@@ -300,7 +303,8 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
                                   for h, v in accuracy_by(records, hops).items()}},
         "shortcut": shortcut_split(test, correct),
         "trace": trace,
-        "chains": chains(trace, test, records, hops, walk=bool(options.get("revisits"))),
+        "chains": chains(trace, test, records, hops, walk=bool(options.get("revisits")),
+                         marker=options.get("backup_word", "Back")),
         "binding_probe": {"flip_rate": round(probe["flip_rate"]["mean"], 4),
                           "swap_accuracy": round(probe["swap_accuracy"]["mean"], 4),
                           "both_right": round(probe["both_right"]["mean"], 4),

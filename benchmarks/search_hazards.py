@@ -18,7 +18,8 @@ mean of that by hop count is set beside the share of searches that did reach the
 The gold search's steps down and back-ups by hop count are in ``gold_search``, and by whether the split's
 surface rule is right on the problem in ``gold_search_by_surface_rule``.
 
-Writes ``benchmarks/results/search_hazards.json``.
+Writes ``benchmarks/results/search_hazards.json``; a group whose runs' records are not all on this machine keeps
+its result from the file it replaces (``kept_from``).
 """
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ def searches_of(entry: dict[str, Any]) -> str | None:
     return "walk" if (entry.get("method_options") or {}).get("revisits") else "dfs"
 
 
-def replays(records: list[dict[str, Any]], test: list, form: str) -> list[dict[str, Any]]:
-    """One replay per first-sample record of a test problem, with the problem's id and hop count."""
+def replays(records: list[dict[str, Any]], test: list, form: str, marker: str = "Back") -> list[dict[str, Any]]:
+    """One replay per first-sample record of a test problem, with the problem's id and hop count (``marker``:
+    the word a walk backs up with, the ``anchor_chain`` option ``backup_word``)."""
     from anchored_reasoning.eval.probes import hops_of
     from anchored_reasoning.eval.search_probe import replay
 
@@ -55,7 +57,7 @@ def replays(records: list[dict[str, Any]], test: list, form: str) -> list[dict[s
     for rec in records:
         ex = by_id.get(rec.get("id"))
         if ex is not None and not rec.get("sample", 0):
-            out.append({**replay(ex, rec.get("completion") or "", form), "hops": hops_of(ex), "id": ex.id})
+            out.append({**replay(ex, rec.get("completion") or "", form, marker), "hops": hops_of(ex), "id": ex.id})
     return out
 
 
@@ -78,9 +80,11 @@ def hazards(rows: list[dict[str, Any]], resamples: int = 2000, seed: int = 0) ->
         vals = np.array([d[c] for d in draws])
         out[c] = {"moves": sum(r["moves_after"][c] for r in rows), "errors": sum(r["after"] == c for r in rows),
                   "rate": round(point[c], 4), "ci95": [round(float(np.nanpercentile(vals, q)), 4) for q in (2.5, 97.5)]}
+    # no error after a step down (a search that breaks no rule there): the ratio is undefined, not infinite
     ratios = np.array([d["back"] / d["down"] for d in draws if d["down"] > 0])
-    out["back_over_down"] = {"ratio": round(point["back"] / point["down"], 2),
-                             "ci95": [round(float(np.nanpercentile(ratios, q)), 2) for q in (2.5, 97.5)]}
+    out["back_over_down"] = {"ratio": round(point["back"] / point["down"], 2) if point["down"] > 0 else None,
+                             "ci95": [round(float(np.nanpercentile(ratios, q)), 2) for q in (2.5, 97.5)]
+                             if len(ratios) else None}
     return out
 
 
@@ -111,23 +115,45 @@ def model_by_hops(rows: list[dict[str, Any]], rate: dict[str, float], shape: dic
                      "observed": round(sum(seen[h]) / len(seen[h]), 3)} for h in sorted(seen)}
 
 
-def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> dict[str, Any]:
+def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
+            previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every group of search runs pooled (module doc). A group with a run whose records are not on this
+    machine (a fresh checkout holds the graded JSON, not the runs) keeps its ``previous`` result (``kept_from``:
+    that result's date), with the runs that are here and were not in it under ``unpooled_runs`` (each run's
+    rates), so a rerun loses nothing it cannot recompute."""
     from prosqa_real import entry_key, seed_groups, shortcut_groups
 
     from anchored_reasoning.eval.probes import hops_of
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.eval.search_probe import detail_key
 
+    previous = previous or {}
     shape = gold_shape(test)
     groups: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+    missing: dict[str, list[str]] = {}
     for name, seeds in seed_groups(entries, min_seeds=1).items():
         for entry in seeds:
             form = searches_of(entry)
             records_path = Path(str((entry.get("real_test") or {}).get("records", "")))
-            if form is not None and records_path.is_file():
-                groups.setdefault(name, []).append((entry_key(entry), replays(load_records(records_path), test, form)))
+            if form is None:
+                continue
+            if not records_path.is_file():
+                missing.setdefault(name, []).append(entry_key(entry))
+                continue
+            marker = (entry.get("method_options") or {}).get("backup_word", "Back")
+            groups.setdefault(name, []).append((entry_key(entry), replays(load_records(records_path), test, form, marker)))
     out: dict[str, Any] = {}
-    for name, runs in groups.items():
+    for name in sorted(set(groups) | set(missing)):
+        runs = groups.get(name, [])
+        kept = (previous.get("groups") or {}).get(name)
+        if name in missing and kept is not None:
+            extra = {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs
+                     if k not in kept["runs"]}
+            out[name] = {**{k: v for k, v in kept.items() if k != "unpooled_runs"}, "kept_from": previous.get("date"),
+                         **({"unpooled_runs": extra} if extra else {})}
+            continue
+        if not runs:
+            continue
         rows = [r for _, rs in runs for r in rs]
         h = hazards(rows, resamples)
         detail: dict[str, int] = {}
@@ -137,7 +163,8 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int) -> d
         out[name] = {"runs": [k for k, _ in runs], "searches": len(rows), "hazard": h,
                      "per_run_rate": {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs},
                      "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])),
-                     "model": model_by_hops(rows, {c: h[c]["rate"] for c in CONTEXTS}, shape)}
+                     "model": model_by_hops(rows, {c: h[c]["rate"] for c in CONTEXTS}, shape),
+                     **({"runs_not_here": missing[name]} if name in missing else {})}
     gold = {str(h): v for h, v in _shape_means(test, shape, hops_of).items()}
     # where the split's surface rule is wrong the search is shorter: why every model scores higher there
     rule, _, rule_group = shortcut_groups(test)
@@ -166,14 +193,18 @@ def main(argv=None) -> int:
 
     graded = json.loads(Path(args.graded).read_text())
     entries = {k: v for k, v in graded.items() if isinstance(v, dict) and v.get("_correct")}
-    result = analyse(entries, get_task("prosqa").load("test"), args.resamples)
+    out = Path(args.out)
+    previous = json.loads(out.read_text()) if out.is_file() else None
+    result = analyse(entries, get_task("prosqa").load("test"), args.resamples, previous)
     if not result["groups"]:
         raise SystemExit(f"no graded search run with its records on this machine in {args.graded}")
     result.update({"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(),
                    "command": "python benchmarks/search_hazards.py " + " ".join(sys.argv[1:] if argv is None else argv)})
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps(result, indent=2) + "\n")
     for name, g in result["groups"].items():
         h = g["hazard"]
+        if "kept_from" in g:
+            name += f" (kept from {g['kept_from']})"
         print(f"{name}: after down {h['down']['rate']} {h['down']['ci95']}, after back {h['back']['rate']} "
               f"{h['back']['ci95']}, ratio {h['back_over_down']['ratio']}; model {g['model']}")
     return 0

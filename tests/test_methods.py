@@ -365,6 +365,16 @@ def test_a_walk_can_mark_its_back_ups():
                        backup_marker_width=bad)
     with pytest.raises(ConfigError, match="backup_marker_width needs backup_marker: token"):
         get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker_width=2)
+    # another marker word: ``B`` (the first of ``Back``'s two tokens with the logic tokenizer)
+    one = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_word="B")
+    assert one.render(search, "prosqa").target == "Tom terpus gorpus B terpus lempus" + EOA + "\n### Tom is a lempus."
+    assert one.added_tokens == ()
+    for bad in ("", "Go back", "B1", 3):
+        with pytest.raises(ConfigError, match="backup_word must be one word of letters"):
+            get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_word=bad)
+    for needs in ({"revisits": True}, {"revisits": True, "mark_backups": True, "backup_marker": "token"}):
+        with pytest.raises(ConfigError, match="backup_word needs mark_backups: true and backup_marker: word"):
+            get_method("anchor_chain", style="trained", backup_word="B", **needs)
 
 
 def test_a_method_s_own_tokens_are_added_once_and_cost_one_token_a_back_up():

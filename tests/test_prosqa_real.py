@@ -75,6 +75,10 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
         "anchor_chain_walk_back_token_dfs_s2"
     wide = {**walk, "method_options": {**token["method_options"], "backup_marker_width": 2}}
     assert prosqa_real.entry_key(wide) == "anchor_chain_walk_back_token_x2_dfs_s2"
+    one = {**walk, "method_options": {**marked["method_options"], "backup_word": "B"}}
+    assert prosqa_real.entry_key(one) == "anchor_chain_walk_back_as_B_dfs_s2"
+    assert prosqa_real.entry_key({**walk, "method_options": {**one["method_options"], "backup_word": "Back"}}) == \
+        "anchor_chain_walk_back_dfs_s2"
     # the paper's baselines remove the steps through a curriculum: never the key of the method's plain run
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": True}) == "acot_curriculum_dfs_s2"
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": False}) == "acot_dfs_s2"

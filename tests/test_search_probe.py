@@ -92,6 +92,11 @@ def test_a_walk_of_nodes_replays_like_the_search_it_abbreviates(test_split):
     assert "[Back] zhorpus" in glued
     assert replay(ex, chain([glued]), "walk") == r
     assert replay(ex, chain([glued.replace("[Back]", "[Back][Back]")]), "walk") == r  # backup_marker_width 2
+    # another marker word (``backup_word``): read as the same search when named, a made-up step when not
+    other = [n.replace("Back ", "B ") for n in marked]
+    assert other[4] == "B zhorpus"
+    assert replay(ex, chain(other), "walk", marker="B") == r
+    assert replay(ex, chain(other), "walk")["first_error"] == "made_up"
 
 
 def test_summary_counts_searches_and_whether_the_answer_follows(test_split):

@@ -30,6 +30,7 @@ just backed up from or to another visited one.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Sequence
 
 from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_UP, BACK_WORD, STEP
@@ -70,10 +71,11 @@ def _moves(sentences: Sequence[str], stack: list[str], form: str):
             yield "unparsed", sent
 
 
-def replay(example: Example, completion: str, form: str = "dfs") -> dict[str, Any]:
+def replay(example: Example, completion: str, form: str = "dfs", marker: str = BACK_WORD) -> dict[str, Any]:
     """The model's search for one ProsQA problem (module doc), written in ``form`` (:data:`FORMS`): steps
     written, legal steps, the first error, the concept the search ended at, steps out of the question's
-    order, and whether it equals the trace."""
+    order, and whether it equals the trace. ``marker``: the word a walk marks its back-ups with (the
+    ``anchor_chain`` option ``backup_word``)."""
     from anchored_reasoning.anchors import logic_walk
     from anchored_reasoning.eval.probes import derivation_text
     from anchored_reasoning.generators.traces import proof_sentences, prosqa_dfs, question_order_children
@@ -83,7 +85,10 @@ def replay(example: Example, completion: str, form: str = "dfs") -> dict[str, An
     children = question_order_children(example)
     entity, options = example.meta["entity"], (example.meta["answer_concept"], example.meta["neg_concept"])
     if form == "walk":
-        sentences = _walk_nodes(derivation_text(completion))
+        text = derivation_text(completion)
+        if marker != BACK_WORD:  # read another marker word as the default one (a whole word only)
+            text = re.sub(rf"(?<!\S){re.escape(marker)}(?!\S)", BACK_WORD, text)
+        sentences = _walk_nodes(text)
         sentences = sentences[1:] if sentences[:1] == [entity] else sentences  # the walk starts at the entity
         gold = logic_walk(prosqa_dfs(example))[1:]
     else:
@@ -164,7 +169,8 @@ def _where(node: str, seen: set[str], children: dict[str, list[str]]) -> str:
     return "elsewhere_in_question" if node in known else "not_in_question"
 
 
-def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example], form: str = "dfs") -> dict[str, Any]:
+def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example], form: str = "dfs",
+                   marker: str = BACK_WORD) -> dict[str, Any]:
     """Replays every first-sample record of ``examples`` (by id): how many searches were exact, reached the
     answer by legal steps, the first errors, and whether the answer follows the search (where it reached
     an option, the extracted answer names it). ``hazard``: per context (the move before), the moves made
@@ -180,7 +186,7 @@ def search_summary(records: Iterable[dict[str, Any]], examples: Sequence[Example
         ex = by_id.get(rec.get("id"))
         if ex is None or rec.get("sample", 0):
             continue
-        r = replay(ex, rec.get("completion") or "", form)
+        r = replay(ex, rec.get("completion") or "", form, marker)
         out["n"] += 1
         out["exact"] += r["exact"]
         out["steps"] += r["steps"]

@@ -3,7 +3,8 @@
 What works at small scale where the paper's latent ACoT does not (README, Results): the anchors are written
 out, so each is fed back as an input as CoT's steps are, for a handful of tokens. With ``revisits`` the chain
 is a search's walk (the node each step arrives at, back-ups included); ``mark_backups`` marks each back-up,
-with the word ``Back`` or one added token (``backup_marker: token``), so a back-up reads apart from a step down.
+with a word (``Back``; ``backup_word``) or one added token (``backup_marker: token``), so a back-up reads apart
+from a step down.
 """
 from __future__ import annotations
 
@@ -64,6 +65,11 @@ class AnchorChain(TrainedMethod):
     #: at 2). The word ``Back`` is two tokens with the logic tokenizer; a width of 2 gives the fresh marker the
     #: word's extra position, to tell the position apart from the word's pretrained meaning.
     backup_marker_width: int = 1
+    #: With ``backup_marker: word``: the word written before a node backed up to (``Back`` by default, the word
+    #: the ``dfs`` trace and ``logic-gpt2-search``'s pretraining searches back up with). ``B`` is one token with
+    #: the logic backbones' tokenizer (``ĠB``, the first of ``Back``'s two): a back-up for one token, the
+    #: pretrained token kept, to tell what the word's pretraining carries apart from what its length does.
+    backup_word: str = BACK_WORD
 
     def __post_init__(self) -> None:
         self._require_int("max_anchors", 1, nullable=True)
@@ -81,6 +87,10 @@ class AnchorChain(TrainedMethod):
         self._require_int("backup_marker_width", 1)
         if self.backup_marker_width != 1 and self.backup_marker != "token":
             raise ConfigError("method anchor_chain: option backup_marker_width needs backup_marker: token")
+        if not isinstance(self.backup_word, str) or not re.fullmatch(r"[A-Za-z]+", self.backup_word):
+            raise ConfigError(f"method anchor_chain: option backup_word must be one word of letters, got {self.backup_word!r}")
+        if self.backup_word != BACK_WORD and not (self.mark_backups and self.backup_marker == "word"):
+            raise ConfigError("method anchor_chain: option backup_word needs mark_backups: true and backup_marker: word")
         super().__post_init__()
 
     def render(self, example: Example, task: Any = None) -> Rendered:
@@ -105,7 +115,7 @@ class AnchorChain(TrainedMethod):
         # a search steps down only to new nodes: a node written before is a back-up
         backs = [node in walk[:i] for i, node in enumerate(walk)]
         if self.backup_marker == "word":
-            return [f"{BACK_WORD} {node}" if back else node for node, back in zip(walk, backs)]
+            return [f"{self.backup_word} {node}" if back else node for node, back in zip(walk, backs)]
         marker = BACK_TOKEN * self.backup_marker_width
         return [node + marker if i + 1 < len(walk) and backs[i + 1] else node for i, node in enumerate(walk)]
 
