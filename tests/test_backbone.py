@@ -88,6 +88,25 @@ def test_pretrain_with_token_shift_saves_a_shift_gpt2(tmp_path):
     assert any(float(lin.weight.abs().sum()) > 0 for lin in model.shift_proj)
 
 
+def test_a_continued_backbone_names_where_it_started_without_a_scratch_path(tmp_path):
+    """``backbone.json``'s ``init_from``: a shipped backbone by its place in the package, any other folder
+    marked as not shipped (its record is kept under ``previous``); every shipped record reads so."""
+    import json
+
+    from anchored_reasoning.models.zoo import ASSETS_DIR, LOGIC_SHIFT_DIR
+
+    assert backbone.init_from_record(None) is None
+    assert backbone.init_from_record(LOGIC_SHIFT_DIR) == "anchored_reasoning/assets/logic-gpt2-shift"
+    assert backbone.init_from_record(tmp_path / "bb") == f"{tmp_path / 'bb'} (not shipped; its record is under previous)"
+    for record in ASSETS_DIR.glob("*/backbone.json"):
+        node = json.loads(record.read_text())
+        while node:
+            start = node.get("init_from")
+            assert start is None or start.startswith(("anchored_reasoning/assets/", "phase ")) or \
+                (start.endswith("(not shipped; its record is under previous)") and node.get("previous")), (record, start)
+            node = node.get("previous")
+
+
 @pytest.fixture(scope="module")
 def shipped():
     from anchored_reasoning.models.zoo import LOGIC_BACKBONE_DIR, resolve_model

@@ -145,6 +145,20 @@ def qa_document(example, task: str, rng: random.Random | None = None) -> str:
     return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
 
 
+def init_from_record(init_from: str | Path | None) -> str | None:
+    """How ``backbone.json`` names the backbone a run continued from: a shipped one by its path in the
+    package (``anchored_reasoning/assets/logic-gpt2-shift``), any other folder as given, marked as not shipped
+    (its own ``backbone.json`` is kept under ``previous``, so the record stays whole without the folder)."""
+    if not init_from:
+        return None
+    from anchored_reasoning.models.zoo import ASSETS_DIR
+
+    path = Path(init_from).resolve()
+    if path.parent == ASSETS_DIR.resolve():
+        return f"anchored_reasoning/assets/{path.name}"
+    return f"{init_from} (not shipped; its record is under previous)"
+
+
 def qa_corpus(n_docs: int, seed: int = 0, mixture: str = "questions") -> list[tuple[str, str]]:
     """``n_docs`` (task, document) pairs of the question-aware corpus (``mixture="backward"``: of
     :data:`BACKWARD_MIXTURE`), shuffled with ``seed``."""
@@ -378,7 +392,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
         "held_out_derivation_loss": final, "history": history,
         "date": dt.date.today().isoformat(), "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "torch_threads": torch.get_num_threads(),
-        "init_from": str(init_from) if init_from else None,
+        "init_from": init_from_record(init_from),
         "loss_on": loss_on,
         "previous": previous,
     }
