@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from anchored_reasoning.generators.traces import BACK_WORD  # noqa: E402
+
 CONTEXTS = ("start", "down", "back")
 
 
@@ -46,7 +48,7 @@ def searches_of(entry: dict[str, Any]) -> str | None:
     return "walk" if (entry.get("method_options") or {}).get("revisits") else "dfs"
 
 
-def replays(records: list[dict[str, Any]], test: list, form: str, marker: str = "Back") -> list[dict[str, Any]]:
+def replays(records: list[dict[str, Any]], test: list, form: str, marker: str = BACK_WORD) -> list[dict[str, Any]]:
     """One replay per first-sample record of a test problem, with the problem's id and hop count (``marker``:
     the word a walk backs up with, the ``anchor_chain`` option ``backup_word``)."""
     from anchored_reasoning.eval.probes import hops_of
@@ -121,7 +123,7 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
     machine (a fresh checkout holds the graded JSON, not the runs) keeps its ``previous`` result (``kept_from``:
     that result's date), with the runs that are here and were not in it under ``unpooled_runs`` (each run's
     rates), so a rerun loses nothing it cannot recompute."""
-    from prosqa_real import entry_key, seed_groups, shortcut_groups
+    from prosqa_real import backup_word, entry_key, seed_groups, shortcut_groups
 
     from anchored_reasoning.eval.probes import hops_of
     from anchored_reasoning.eval.runner import load_records
@@ -140,8 +142,8 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
             if not records_path.is_file():
                 missing.setdefault(name, []).append(entry_key(entry))
                 continue
-            marker = (entry.get("method_options") or {}).get("backup_word", "Back")
-            groups.setdefault(name, []).append((entry_key(entry), replays(load_records(records_path), test, form, marker)))
+            groups.setdefault(name, []).append(
+                (entry_key(entry), replays(load_records(records_path), test, form, backup_word(entry))))
     out: dict[str, Any] = {}
     for name in sorted(set(groups) | set(missing)):
         runs = groups.get(name, [])
@@ -149,7 +151,8 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
         if name in missing and kept is not None:
             extra = {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs
                      if k not in kept["runs"]}
-            out[name] = {**{k: v for k, v in kept.items() if k != "unpooled_runs"}, "kept_from": previous.get("date"),
+            out[name] = {**{k: v for k, v in kept.items() if k != "unpooled_runs"},
+                         "kept_from": kept.get("kept_from") or previous.get("date"),  # when it was computed
                          **({"unpooled_runs": extra} if extra else {})}
             continue
         if not runs:

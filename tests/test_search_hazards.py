@@ -36,6 +36,9 @@ def test_a_group_whose_records_are_gone_keeps_its_earlier_result(tmp_path):
     assert got["runs"] == [f"{group}_s0"] and got["searches"] == 500 and got["hazard"] == {"down": {"rate": 0.03}}
     assert got["kept_from"] == "2026-12-01 00:00 UTC"
     assert got["unpooled_runs"] == {f"{group}_s1": {"start": 0.0, "down": 0.0, "back": 0.0}}
+    # kept again by a later rerun: still dated when it was computed
+    later = {"date": "2026-12-09 00:00 UTC", "groups": {group: got}}
+    assert search_hazards.analyse(both, test, resamples=20, previous=later)["groups"][group] == got
     # nothing earlier to keep: pooled from the runs that are here, the others named
     got = search_hazards.analyse(both, test, resamples=20)["groups"][group]
     assert got["runs"] == [f"{group}_s1"] and got["runs_not_here"] == [f"{group}_s0"] and "kept_from" not in got
