@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from anchored_reasoning.generators.traces import BACK_WORD  # noqa: E402
+
 #: Held-out shortcut-free problems: the published graph size, the wrong option as deep as the right one.
 HELDOUT_SIZES = {
     "3": {"num_nodes": 28, "min_hops": 3, "max_hops": 3, "neg_depth": "match"},
@@ -133,15 +135,13 @@ def backward_chains(test: list, records: list[dict[str, Any]]) -> dict[str, Any]
     return counts
 
 
-def backup_word(entry: dict[str, Any]) -> str:
-    """The word a graded walk marks its back-ups with (the ``anchor_chain`` option ``backup_word``; ``Back``)."""
-    from anchored_reasoning.generators.traces import BACK_WORD
-
-    return (entry.get("method_options") or {}).get("backup_word", BACK_WORD)
+def backup_word(options: dict[str, Any] | None) -> str:
+    """The word a run's walk marks its back-ups with, from its method options (``backup_word``; ``Back``)."""
+    return (options or {}).get("backup_word", BACK_WORD)
 
 
 def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str, int], walk: bool = False,
-           marker: str | None = None) -> dict[str, Any]:
+           marker: str = BACK_WORD) -> dict[str, Any]:
     """The written steps read against each graph, the way the run's trace writes them (``walk``: a search
     written as the nodes it walks, the anchor chain with ``revisits``; ``marker``: its back-up word)."""
     from anchored_reasoning.eval.probes import chain_summary
@@ -150,8 +150,7 @@ def chains(trace: str, test: list, records: list[dict[str, Any]], hops: dict[str
     if trace == "options_backward":
         return backward_chains(test, records)
     if trace in ("dfs", "dfs_paths"):  # a written search: replayed, its first error named
-        return search_summary(records, test, form="walk" if walk and trace == "dfs" else trace,
-                              marker=marker or backup_word({}))
+        return search_summary(records, test, form="walk" if walk and trace == "dfs" else trace, marker=marker)
     return chain_summary(records, test, hops)
 
 
@@ -195,7 +194,7 @@ def entry_key(entry: dict[str, Any]) -> str:
     back = "_back_token" if options.get("backup_marker") == "token" else "_back"
     back += "_word" if options.get("backup_marker_init") == "word" else ""
     back += f"_x{options['backup_marker_width']}" if options.get("backup_marker_width", 1) != 1 else ""
-    back += f"_as_{backup_word(entry)}" if backup_word(entry) != backup_word({}) else ""
+    back += f"_as_{options['backup_word']}" if backup_word(options) != BACK_WORD else ""
     walk = ("_walk" + (back if options.get("mark_backups") else "")) if options.get("revisits") else ""
     trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
     model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name
@@ -312,7 +311,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
         "shortcut": shortcut_split(test, correct),
         "trace": trace,
         "chains": chains(trace, test, records, hops, walk=bool(options.get("revisits")),
-                         marker=backup_word({"method_options": options})),
+                         marker=backup_word(options)),
         "binding_probe": {"flip_rate": round(probe["flip_rate"]["mean"], 4),
                           "swap_accuracy": round(probe["swap_accuracy"]["mean"], 4),
                           "both_right": round(probe["both_right"]["mean"], 4),

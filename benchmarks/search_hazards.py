@@ -69,6 +69,11 @@ def _rates(rows: list[dict[str, Any]], idx) -> dict[str, float]:
     return {c: errors[c] / moves[c] if moves[c] else float("nan") for c in CONTEXTS}
 
 
+def _run_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """One run's error rate per context, rounded as the JSON keeps it."""
+    return {c: round(v, 4) for c, v in _rates(rows, range(len(rows))).items()}
+
+
 def hazards(rows: list[dict[str, Any]], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Per context the moves, first errors and their rate with a 95% bootstrap interval over problems; the
     ratio of the rate after a back-up to the rate after a step down, with its interval."""
@@ -142,15 +147,14 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
             if not records_path.is_file():
                 missing.setdefault(name, []).append(entry_key(entry))
                 continue
-            groups.setdefault(name, []).append(
-                (entry_key(entry), replays(load_records(records_path), test, form, backup_word(entry))))
+            rows = replays(load_records(records_path), test, form, backup_word(entry.get("method_options")))
+            groups.setdefault(name, []).append((entry_key(entry), rows))
     out: dict[str, Any] = {}
     for name in sorted(set(groups) | set(missing)):
         runs = groups.get(name, [])
         kept = (previous.get("groups") or {}).get(name)
         if name in missing and kept is not None:
-            extra = {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs
-                     if k not in kept["runs"]}
+            extra = {k: _run_rates(rs) for k, rs in runs if k not in kept["runs"]}
             out[name] = {**{k: v for k, v in kept.items() if k != "unpooled_runs"},
                          "kept_from": kept.get("kept_from") or previous.get("date"),  # when it was computed
                          **({"unpooled_runs": extra} if extra else {})}
@@ -164,7 +168,7 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
             if r["detail"]:
                 detail[detail_key(r)] = detail.get(detail_key(r), 0) + 1
         out[name] = {"runs": [k for k, _ in runs], "searches": len(rows), "hazard": h,
-                     "per_run_rate": {k: {c: round(v, 4) for c, v in _rates(rs, range(len(rs))).items()} for k, rs in runs},
+                     "per_run_rate": {k: _run_rates(rs) for k, rs in runs},
                      "detail": dict(sorted(detail.items(), key=lambda kv: -kv[1])),
                      "model": model_by_hops(rows, {c: h[c]["rate"] for c in CONTEXTS}, shape),
                      **({"runs_not_here": missing[name]} if name in missing else {})}
