@@ -369,6 +369,13 @@ def test_a_walk_can_mark_its_back_ups():
     one = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_word="B")
     assert one.render(search, "prosqa").target == "Tom terpus gorpus B terpus lempus" + EOA + "\n### Tom is a lempus."
     assert one.added_tokens == ()
+    # a word of the question (a name, a concept) would read as a node of the walk: refused at render, naming it
+    for clash in ("Tom", "lempus"):
+        named = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_word=clash)
+        with pytest.raises(ConfigError, match=f"backup_word '{clash}' is a word of the question of example 's'"):
+            named.render(search, "prosqa")
+    assert get_method("anchor_chain", style="trained", revisits=True, mark_backups=True,
+                      backup_word="Lemp").render(search, "prosqa").target.startswith("Tom terpus gorpus Lemp terpus")
     for bad in ("", "Go back", "B1", 3):
         with pytest.raises(ConfigError, match="backup_word must be one word of letters"):
             get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_word=bad)

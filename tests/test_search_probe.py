@@ -97,6 +97,9 @@ def test_a_walk_of_nodes_replays_like_the_search_it_abbreviates(test_split):
     assert other[4] == "B zhorpus"
     assert replay(ex, chain(other), "walk", marker="B") == r
     assert replay(ex, chain(other), "walk")["first_error"] == "made_up"
+    # and the default word is then a node, not a back-up: a run trained on ``B`` that writes ``Back`` steps nowhere
+    assert replay(ex, chain(marked), "walk", marker="B")["first_error"] == "made_up"
+    assert replay(ex, chain([" ".join(other[:4]) + " Back" + other[4][1:]] + other[5:]), "walk", marker="B")["legal_steps"] == 3
 
 
 def test_summary_counts_searches_and_whether_the_answer_follows(test_split):

@@ -30,7 +30,6 @@ just backed up from or to another visited one.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Sequence
 
 from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_UP, BACK_WORD, STEP
@@ -44,13 +43,13 @@ CONTEXTS = ("start", "down", "back")
 FORMS = ("dfs", "dfs_paths", "walk")
 
 
-def _moves(sentences: Sequence[str], stack: list[str], form: str):
+def _moves(sentences: Sequence[str], stack: list[str], form: str, marker: str = BACK_WORD):
     """Yields ("down", parent, child), ("back", to) or ("unparsed", text) per sentence (per node of a walk);
     ``stack`` is read, not changed, so path lines are compared with the path as the replay leaves it."""
     for sent in sentences:
         if form == "walk":  # a node: back when marked (``Back <node>``) or when it names the parent, else down
-            marked = sent.startswith(BACK_WORD + " ")
-            node = sent[len(BACK_WORD) + 1:] if marked else sent
+            marked = sent.startswith(marker + " ")
+            node = sent[len(marker) + 1:] if marked else sent
             yield ("back", node) if marked or (len(stack) > 1 and node == stack[-2]) else ("down", stack[-1], node)
             continue
         if form == "dfs_paths":
@@ -85,10 +84,7 @@ def replay(example: Example, completion: str, form: str = "dfs", marker: str = B
     children = question_order_children(example)
     entity, options = example.meta["entity"], (example.meta["answer_concept"], example.meta["neg_concept"])
     if form == "walk":
-        text = derivation_text(completion)
-        if marker != BACK_WORD:  # read another marker word as the default one (a whole word only)
-            text = re.sub(rf"(?<!\S){re.escape(marker)}(?!\S)", BACK_WORD, text)
-        sentences = _walk_nodes(text)
+        sentences = _walk_nodes(derivation_text(completion), marker)
         sentences = sentences[1:] if sentences[:1] == [entity] else sentences  # the walk starts at the entity
         gold = logic_walk(prosqa_dfs(example))[1:]
     else:
@@ -98,7 +94,7 @@ def replay(example: Example, completion: str, form: str = "dfs", marker: str = B
     legal, out_of_order, error, detail = 0, 0, None, None
     after, left = "start", None  # the move before this one; the concept the last back-up left
     moves_after = dict.fromkeys(CONTEXTS, 0)
-    for move in _moves(sentences, stack, form):
+    for move in _moves(sentences, stack, form, marker):
         if stack[-1] in options:
             error = "ran_on"
             break
@@ -143,19 +139,20 @@ def detail_key(r: dict[str, Any]) -> str:
     return f"{r['first_error']}:{r['detail']}:after_{r['after']}"
 
 
-def _walk_nodes(text: str) -> list[str]:
+def _walk_nodes(text: str, marker: str = BACK_WORD) -> list[str]:
     """A walk's nodes, a marked back-up kept as one (``Back rempus``), whether written with the word
-    (``impus Back rempus``) or the token glued to the node before (``impus[Back] rempus``)."""
+    (``impus Back rempus``; ``marker``: the run's word) or the token glued to the node before
+    (``impus[Back] rempus``, kept as ``<marker> rempus``). Another word than ``marker`` is a node."""
     out: list[str] = []
     back = False
     for word in text.replace(BACK_TOKEN, f" {BACK_TOKEN} ").split():
         word = word.strip(".,")
         if word == BACK_TOKEN:
             back = True
-        elif out and out[-1] == BACK_WORD:
-            out[-1] = f"{BACK_WORD} {word}"
+        elif out and out[-1] == marker:
+            out[-1] = f"{marker} {word}"
         elif word:
-            out.append(f"{BACK_WORD} {word}" if back else word)
+            out.append(f"{marker} {word}" if back else word)
             back = False
     return out
 

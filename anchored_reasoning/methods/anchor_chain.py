@@ -69,6 +69,7 @@ class AnchorChain(TrainedMethod):
     #: the ``dfs`` trace and ``logic-gpt2-search``'s pretraining searches back up with). ``B`` is one token with
     #: the logic backbones' tokenizer (``ĠB``, the first of ``Back``'s two): a back-up for one token, the
     #: pretrained token kept, to tell what the word's pretraining carries apart from what its length does.
+    #: A word of the question (a name or concept) is refused at render: its back-ups would read as steps.
     backup_word: str = BACK_WORD
 
     def __post_init__(self) -> None:
@@ -97,6 +98,9 @@ class AnchorChain(TrainedMethod):
         name = task_name_of(task, example)
         prompt = (example.question or "").strip() + "\n" + BOA
         steps = self.steps_of(example)
+        if self.mark_backups and self.backup_marker == "word" and re.search(rf"\b{self.backup_word}\b", prompt):
+            raise ConfigError(f"method anchor_chain: backup_word {self.backup_word!r} is a word of the question of "
+                              f"example {example.id!r}, so its back-ups would read as steps; choose another word")
         anchors = self._walk(steps, name) if self.revisits else extract_anchors(example, name, max_anchors=self.max_anchors)
         if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
             anchors[-1] = "not " + anchors[-1]
