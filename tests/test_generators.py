@@ -239,3 +239,20 @@ def test_prontoqa_looks_like_the_real_files():
         assert task.grade(example.answer, example).correct
         anchors = extract_anchors(example, "prontoqa")
         assert len(anchors) == 6 and anchors[0] == example.steps[0].split()[0]
+
+
+def test_shortest_path_walks_breadth_first_and_agrees_with_an_independent_bfs():
+    from anchored_reasoning.generators.prosqa import shortest_path
+
+    children = {0: [2, 1], 1: [3], 2: [3], 3: [4]}
+    assert shortest_path(children, 0, 4) == [0, 2, 3, 4]  # the first listed child wins a tie
+    assert shortest_path(children, 0, 0) == [0]
+    assert shortest_path(children, 3, 0) is None and shortest_path(children, 0, 9) is None
+    rows = generate_rows("prosqa", 20, seed=3)
+    for row in rows:
+        children, _ = _graph(row)
+        dist, _ = _bfs_counts(children, row["root"])
+        for node, d in dist.items():
+            path = shortest_path(dict(children), row["root"], node)
+            assert len(path) == d + 1 and path[0] == row["root"] and path[-1] == node
+            assert all(b in children[a] for a, b in zip(path, path[1:]))

@@ -150,17 +150,34 @@ def _fact(symbols: list[str], entities, a: int, b: int) -> str:
     return f"{symbols[a]} is a {symbols[b]}." if a in entities else f"Every {symbols[a]} is a {symbols[b]}."
 
 
-def _bfs_counts(children: dict[int, list[int]], source: int) -> tuple[dict[int, int], dict[int, int]]:
-    """Distance from ``source`` and number of shortest paths to every node it reaches."""
-    dist, count, queue = {source: 0}, {source: 1}, [source]
+def _bfs_tree(children: dict[int, list[int]], source: int) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Breadth first from ``source`` (children in their listed order): the distance to every node it reaches,
+    the number of shortest paths to it, and the parent it was first reached from."""
+    dist, count, first, queue = {source: 0}, {source: 1}, {source: source}, [source]
     for u in queue:
-        for v in children[u]:
+        for v in children.get(u, ()):
             if v not in dist:
-                dist[v], count[v] = dist[u] + 1, count[u]
+                dist[v], count[v], first[v] = dist[u] + 1, count[u], u
                 queue.append(v)
             elif dist[v] == dist[u] + 1:
                 count[v] += count[u]
-    return dist, count
+    return dist, count, first
+
+
+def _bfs_counts(children: dict[int, list[int]], source: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Distance from ``source`` and number of shortest paths to every node it reaches."""
+    return _bfs_tree(children, source)[:2]
+
+
+def shortest_path(children: dict[int, list[int]], start: int, goal: int) -> list[int] | None:
+    """A shortest path start -> goal (breadth first, children in their listed order), or None."""
+    first = _bfs_tree(children, start)[2]
+    if goal not in first:
+        return None
+    path = [goal]
+    while path[-1] != start:
+        path.append(first[path[-1]])
+    return path[::-1]
 
 
 def _bfs(children: dict[int, list[int]], source: int) -> dict[int, int]:

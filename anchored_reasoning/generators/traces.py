@@ -127,25 +127,6 @@ def _fact(symbols: Sequence[str], a: int, b: int) -> str:
     return f"{symbols[a]} is a {symbols[b]}." if symbols[a][:1].isupper() else f"Every {symbols[a]} is a {symbols[b]}."
 
 
-def _path_to(children: dict[int, list[int]], start: int, goal: int) -> list[int] | None:
-    """A shortest path start -> goal (breadth first, children in index order), or None."""
-    prev, frontier = {start: start}, [start]
-    while frontier and goal not in prev:
-        nxt = []
-        for x in frontier:
-            for y in children.get(x, ()):
-                if y not in prev:
-                    prev[y] = x
-                    nxt.append(y)
-        frontier = nxt
-    if goal not in prev:
-        return None
-    path = [goal]
-    while path[-1] != start:
-        path.append(prev[path[-1]])
-    return path[::-1]
-
-
 def _graph(example: Example) -> tuple[Sequence[str], list, int, int, int]:
     """A ProsQA example's graph from its meta: symbols, edges, the asked entity, the answer, the wrong option."""
     meta = example.meta
@@ -161,6 +142,7 @@ def prosqa_options_backward(example: Example) -> list[str]:
     The answer's walk is the gold proof reversed; the other option's is a shortest path from the entity
     that reaches it. A problem whose wrong option no entity reaches raises :class:`DataError`."""
     from anchored_reasoning.anchors import logic_nodes
+    from anchored_reasoning.generators.prosqa import shortest_path
 
     symbols, edges, root, target, neg = _graph(example)
     children: dict[int, list[int]] = {}
@@ -172,7 +154,7 @@ def prosqa_options_backward(example: Example) -> list[str]:
         raise DataError(f"the gold proof does not walk from {symbols[root]} to {symbols[target]}")
     walks = {target: gold}
     entities = [i for i, name in enumerate(symbols) if name[:1].isupper() and i != root]
-    found = [p for p in (_path_to(children, e, neg) for e in entities) if p]
+    found = [p for p in (shortest_path(children, e, neg) for e in entities) if p]
     if not found:
         raise DataError(f"no entity reaches the wrong option {symbols[neg]}")
     walks[neg] = min(found, key=len)
