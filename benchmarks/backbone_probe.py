@@ -36,14 +36,6 @@ def _concept(steps: list[str]) -> str:
     return steps[-1].split(" is a ")[-1].rstrip(".") if steps else ""
 
 
-def _answer(text: str) -> str:
-    """The concept after ``###`` (the pretraining format's answer), or ''."""
-    if "###" not in text:
-        return ""
-    words = text.split("###", 1)[1].strip().split("\n")[0].rstrip(".").split()
-    return words[-1] if words else ""
-
-
 def branch_choice(rows: list[tuple[dict[str, set[str]], list[tuple[str, str]], str, str]]) -> dict:
     """The first step's branch against the asked entity's number of children (1, 2, 3+): how often the
     child it names still reaches the answer, beside what picking a child at random would score (the share
@@ -81,7 +73,7 @@ def probe_set(backend, held: list, max_new_tokens: int = 64) -> dict:
     from anchored_reasoning.eval.metrics import mean_ci
     from anchored_reasoning.eval.search_probe import replay
     from anchored_reasoning.generators.traces import proof_sentences
-    from anchored_reasoning.train.backbone import facts_of
+    from anchored_reasoning.train.backbone import document_answer, facts_of
 
     swapped = {e.id[: -len(SWAP_SUFFIX)]: e for e in binding_probe_examples(held)}
     held = [e for e in held if e.id in swapped]
@@ -101,9 +93,10 @@ def probe_set(backend, held: list, max_new_tokens: int = 64) -> dict:
         row["right"] += _concept(steps) == e.meta["answer_concept"]
         row["same_under_swap"] += bool(_concept(steps)) and _concept(steps) == _concept(_steps(ts))
         options = (e.meta["answer_concept"], e.meta["neg_concept"])
-        right.append(float(_answer(t) == options[0]))
-        row["answer_right"] += _answer(t) == options[0]
-        row["answer_flips"] += _answer(t) in options and _answer(ts) in options and _answer(t) != _answer(ts)
+        said, said_swapped = document_answer(t), document_answer(ts)
+        right.append(float(said == options[0]))
+        row["answer_right"] += said == options[0]
+        row["answer_flips"] += said in options and said_swapped in options and said != said_swapped
         kind = replay(e, t)["first_error"]  # read as a written search (the ``search`` corpus's format)
         searches[kind] = searches.get(kind, 0) + 1
         branches.append((prosqa_children(e), derivation_steps(t), e.meta["entity"], e.meta["answer_concept"]))

@@ -171,12 +171,20 @@ def test_question_aware_corpus_keeps_the_question_and_drills_restate_facts():
             assert " Is " in head and head.endswith("?") and " ### " in tail and tail.endswith(".")
             entity = head[head.rfind(" Is ") + 4:].split(" ")[0]
             assert tail.startswith(entity + " is a ")  # the first step depends on the asked entity
+            assert backbone.document_answer(tail) == tail.rstrip(".").split()[-1]  # the format's reader
         elif task == "prontoqa":
             assert "True or false:" in head and tail.rsplit("### ", 1)[1] in ("True", "False")
+            assert backbone.document_answer(tail) == tail.rsplit("### ", 1)[1]
         else:
             facts = {f.strip() + "." for f in head.split(".") if f.strip()}
             restated = [s.strip() + "." for s in tail.split(".") if s.strip()]
             assert restated and all(s in facts for s in restated)
+
+
+def test_document_answer_reads_the_line_after_the_marker_only():
+    assert backbone.document_answer("Tom is a wumpus. ### Tom is a lempus.\nTom is a gorpus.") == "lempus"
+    assert backbone.document_answer("Tom is a wumpus. Tom is a lempus.") == ""  # no answer written
+    assert backbone.document_answer("Tom is a wumpus. ###") == ""
 
 
 def test_shipped_shift_backbone_looks_facts_up_and_reads_the_entity():

@@ -145,6 +145,15 @@ def qa_document(example, task: str, rng: random.Random | None = None) -> str:
     return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
 
 
+def document_answer(text: str) -> str:
+    """The answer a continuation in :func:`qa_document`'s format gives: the last word of the line after
+    `` ### `` (``lempus`` in ``... ### Tom is a lempus.``, ``True`` for ProntoQA), or '' with no ``###``."""
+    if "###" not in text:
+        return ""
+    words = text.split("###", 1)[1].strip().split("\n")[0].rstrip(".").split()
+    return words[-1] if words else ""
+
+
 def init_from_record(init_from: str | Path | None) -> str | None:
     """How ``backbone.json`` names the backbone a run continued from: a shipped one by its path in the
     package (``anchored_reasoning/assets/logic-gpt2-shift``), any other folder as given, marked as not shipped
