@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_seq, secs = timed(lambda: hf.generate(prompts, spec))
     result["hf_batch1"] = throughput(hf_seq, secs)
     print("hf batched", result["hf_batched"], "\nhf batch 1", result["hf_batch1"], flush=True)
-    del hf
+    hf = None  # the weights go before the server loads its own copy
 
     env = {"OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
     with serve_model(path, engine="transformers", device="cpu", dtype="float32", env=env, startup_timeout=600) as srv:
