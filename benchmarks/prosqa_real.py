@@ -182,11 +182,12 @@ def recipe_lr() -> float:
 
 
 def entry_key(entry: dict[str, Any]) -> str:
-    """``<method>[_curriculum][_walk[_back[_as_<word>|_token[_word][_x<width>]]]][_<trace>][_<backbone>][_lr<lr>]_s<seed>``:
+    """``<method>[_curriculum][_walk[_back[_as_<word>|_token[_word][_x<width>]]]][_no_answer_line][_<trace>][_<backbone>][_lr<lr>]_s<seed>``:
     ``curriculum`` for a run whose steps a curriculum removes (the paper's pause / ACoT / stepwise), ``walk`` for
     an anchor chain with ``revisits`` (``walk_back`` with its back-ups marked, ``_as_B`` by a word other than
     ``Back``, ``_token`` by the one-token marker,
-    ``_word`` where that token's embedding started from the word's, ``_x2`` two of them a back-up), the
+    ``_word`` where that token's embedding started from the word's, ``_x2`` two of them a back-up;
+    ``_no_answer_line`` where the chain ends at ``[EoA]``, its last node the answer), the
     trace when not forward, the backbone's folder name when it is not the recipe's ``logic-gpt2-shift``, the
     learning rate when not the recipe's."""
     curriculum = "_curriculum" if entry.get("curriculum") else ""
@@ -196,6 +197,7 @@ def entry_key(entry: dict[str, Any]) -> str:
     back += f"_x{options['backup_marker_width']}" if options.get("backup_marker_width", 1) != 1 else ""
     back += f"_as_{options['backup_word']}" if backup_word(options) != BACK_WORD else ""
     walk = ("_walk" + (back if options.get("mark_backups") else "")) if options.get("revisits") else ""
+    walk += "_no_answer_line" if options.get("answer_line") is False else ""
     trace = "" if entry["trace"] == "forward" else f"_{entry['trace']}"
     model = "" if entry["model"] == "logic-gpt2-shift" else "_" + Path(str(entry["model"])).name
     lr = "" if entry.get("lr") in (None, recipe_lr()) else f"_lr{entry['lr']:g}"

@@ -369,6 +369,23 @@ def test_a_walk_can_mark_its_back_ups():
     one = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_word="B")
     assert one.render(search, "prosqa").target == "Tom terpus gorpus B terpus lempus" + EOA + "\n### Tom is a lempus."
     assert one.added_tokens == ()
+    # the chain's last node as the answer: no answer line, and the task's extractor reads it from the chain
+    noline = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, answer_line=False)
+    target = noline.render(search, "prosqa").target
+    assert target == "Tom terpus gorpus Back terpus lempus" + EOA
+    from anchored_reasoning.tasks import get_task
+    import dataclasses
+    graded = dataclasses.replace(search, meta={"entity": "Tom", "answer_concept": "lempus", "neg_concept": "gorpus"})
+    assert get_task("prosqa").extract(target, graded) == "lempus"
+    assert get_task("prosqa").extract("Tom terpus gorpus" + EOA, graded) == "gorpus"  # where the chain ends
+    with pytest.raises(ConfigError, match="answer_line: false needs the whole chain"):
+        get_method("anchor_chain", style="trained", answer_line=False, max_anchors=3)
+    with pytest.raises(ConfigError, match="answer_line must be true or false"):
+        get_method("anchor_chain", style="trained", answer_line="no")
+    prontoqa = Example(id="p", question="Facts. True or false: Stella is floral?", answer="False",
+                       steps=["Stella is a lorpus.", "Every lorpus is not floral.", "Stella is not floral."])
+    with pytest.raises(ConfigError, match="answer_line: false needs ProsQA"):
+        get_method("anchor_chain", style="trained", answer_line=False).render(prontoqa, "prontoqa")
     # a word of the question (a name, a concept) would read as a node of the walk: refused at render, naming it
     for clash in ("Tom", "lempus"):
         named = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_word=clash)

@@ -79,6 +79,10 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
     assert prosqa_real.entry_key(one) == "anchor_chain_walk_back_as_B_dfs_s2"
     assert prosqa_real.entry_key({**walk, "method_options": {**one["method_options"], "backup_word": "Back"}}) == \
         "anchor_chain_walk_back_dfs_s2"
+    noline = {**walk, "method_options": {**marked["method_options"], "answer_line": False}}
+    assert prosqa_real.entry_key(noline) == "anchor_chain_walk_back_no_answer_line_dfs_s2"
+    assert prosqa_real.entry_key({**walk, "method_options": {**marked["method_options"], "answer_line": True}}) == \
+        "anchor_chain_walk_back_dfs_s2"
     # the paper's baselines remove the steps through a curriculum: never the key of the method's plain run
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": True}) == "acot_curriculum_dfs_s2"
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": False}) == "acot_dfs_s2"

@@ -71,10 +71,15 @@ class AnchorChain(TrainedMethod):
     #: pretrained token kept, to tell what the word's pretraining carries apart from what its length does.
     #: A word of the question (a name or concept) is refused at render: its back-ups would read as steps.
     backup_word: str = BACK_WORD
+    #: ProsQA: ``false`` ends the target at ``[EoA]`` (``Tom terpus lempus[EoA]``), without the answer line
+    #: (``### Tom is a lempus.``, ten tokens with the logic tokenizer, ``###`` alone three): the chain's last
+    #: node is the answer, and the task's extractor reads the last option named. A chain that stops short of an
+    #: option then has no answer (graded wrong) where the answer line could still guess.
+    answer_line: bool = True
 
     def __post_init__(self) -> None:
         self._require_int("max_anchors", 1, nullable=True)
-        for key in ("negation", "conclusion", "revisits", "mark_backups"):
+        for key in ("negation", "conclusion", "revisits", "mark_backups", "answer_line"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"method anchor_chain: option {key} must be true or false, got {getattr(self, key)!r}")
         if self.mark_backups and not self.revisits:
@@ -92,6 +97,9 @@ class AnchorChain(TrainedMethod):
             raise ConfigError(f"method anchor_chain: option backup_word must be one word of letters, got {self.backup_word!r}")
         if self.backup_word != BACK_WORD and not (self.mark_backups and self.backup_marker == "word"):
             raise ConfigError("method anchor_chain: option backup_word needs mark_backups: true and backup_marker: word")
+        if not self.answer_line and self.max_anchors is not None:
+            raise ConfigError("method anchor_chain: option answer_line: false needs the whole chain (max_anchors: null), "
+                              "whose last node is the answer")
         super().__post_init__()
 
     def render(self, example: Example, task: Any = None) -> Rendered:
@@ -104,6 +112,11 @@ class AnchorChain(TrainedMethod):
         anchors = self._walk(steps, name) if self.revisits else extract_anchors(example, name, max_anchors=self.max_anchors)
         if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
             anchors[-1] = "not " + anchors[-1]
+        if not self.answer_line:
+            if name != "prosqa":
+                raise ConfigError(f"method anchor_chain: option answer_line: false needs ProsQA, whose chain ends at "
+                                  f"the answer; task {name!r} answers apart from its chain")
+            return Rendered(prompt=prompt, target=" ".join(anchors) + EOA, anchors=[])
         chain = " ".join(anchors) + EOA + "\n"
         if self.conclusion and name == "prontoqa" and steps:
             chain += steps[-1] + "\n"
