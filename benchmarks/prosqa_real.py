@@ -187,7 +187,7 @@ def entry_key(entry: dict[str, Any]) -> str:
     an anchor chain with ``revisits`` (``walk_back`` with its back-ups marked, ``_as_B`` by a word other than
     ``Back``, ``_token`` by the one-token marker,
     ``_word`` where that token's embedding started from the word's, ``_x2`` two of them a back-up;
-    ``_no_answer_line`` where the chain ends at ``[EoA]``, its last node the answer), the
+    ``_no_answer_line`` where the chain ends at ``[EoA]``, its last node the answer; also CoT's steps at ``[EoR]``), the
     trace when not forward, the backbone's folder name when it is not the recipe's ``logic-gpt2-shift``, the
     learning rate when not the recipe's."""
     curriculum = "_curriculum" if entry.get("curriculum") else ""

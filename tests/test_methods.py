@@ -1,13 +1,14 @@
 """The trained-style methods: one render path, curriculum stages, answer lines the graders read."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.methods import Rendered, get_method, list_methods
 from anchored_reasoning.methods.anchor_chain import AnchorChain
 from anchored_reasoning.methods.anchored import (
@@ -399,6 +400,46 @@ def test_a_walk_can_mark_its_back_ups():
     for needs in ({"revisits": True}, {"revisits": True, "mark_backups": True, "backup_marker": "token"}):
         with pytest.raises(ConfigError, match="backup_word needs mark_backups: true and backup_marker: word"):
             get_method("anchor_chain", style="trained", backup_word="B", **needs)
+
+
+def test_cot_without_its_answer_line_ends_at_the_answer_its_steps_reach():
+    """``answer_line: false`` (ProsQA): the target stops at ``[EoR]`` and the grader reads the steps' last option."""
+    from anchored_reasoning.generators.traces import apply_trace
+
+    row = {
+        "question": "Tom is a terpus. Every terpus is a zumpus. Every terpus is a brimpus. Every brimpus is a lempus. "
+                    "Bob is a gorpus. Is Tom a gorpus or lempus?",
+        "answer": "Tom is a lempus.",
+        "steps": ["Tom is a terpus.", "Every terpus is a brimpus.", "Every brimpus is a lempus."],
+        "idx_to_symbol": ["Tom", "Bob", "terpus", "brimpus", "lempus", "gorpus", "zumpus"],
+        "edges": [[0, 2], [2, 6], [2, 3], [3, 4], [1, 5]],
+        "root": 0, "target": 4, "neg_target": 5,
+    }
+    example = prosqa_row(row, RowContext(index=0, split="test"))
+    cot = get_method("cot", style="trained")
+    noline = get_method("cot", style="trained", answer_line=False)
+    assert cot.render(example, "prosqa").target.endswith(EOR + "\n### Tom is a lempus.")
+    rendered = noline.render(example, "prosqa")
+    assert rendered.target == "Tom is a terpus.\nEvery terpus is a brimpus.\nEvery brimpus is a lempus." + EOR
+    assert rendered.prompt == cot.render(example, "prosqa").prompt
+    task = get_task("prosqa")
+    assert task.extract(rendered.target, example) == "lempus"
+    # the search: a dead end backed up from, the answer still the last option named
+    (searched,) = apply_trace([example], "prosqa", "dfs")
+    target = get_method("cot", style="trained", answer_line=False, step_separator=" ").render(searched, "prosqa").target
+    assert target == ("Tom is a terpus. Every terpus is a zumpus. Back to terpus. Every terpus is a brimpus. "
+                      "Every brimpus is a lempus." + EOR)
+    assert task.extract(target, example) == "lempus"
+    # steps that stop short of the answer would train a wrong (or no) answer: refused, naming the example
+    short = dataclasses.replace(example, steps=["Tom is a terpus.", "Every terpus is a brimpus."])
+    with pytest.raises(DataError, match="do not end at the answer"):
+        noline.render(short, "prosqa")
+    with pytest.raises(ConfigError, match="answer_line: false needs ProsQA"):
+        noline.render(gsm8k_example(), "gsm8k")
+    with pytest.raises(ConfigError, match="answer_line must be true or false"):
+        get_method("cot", style="trained", answer_line="no")
+    with pytest.raises(ConfigError):  # the other trained methods have no such option
+        get_method("pause", style="trained", answer_line=False)
 
 
 def test_a_method_s_own_tokens_are_added_once_and_cost_one_token_a_back_up():

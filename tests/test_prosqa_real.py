@@ -83,6 +83,8 @@ def test_entries_are_keyed_by_method_trace_backbone_and_seed():
     assert prosqa_real.entry_key(noline) == "anchor_chain_walk_back_no_answer_line_dfs_s2"
     assert prosqa_real.entry_key({**walk, "method_options": {**marked["method_options"], "answer_line": True}}) == \
         "anchor_chain_walk_back_dfs_s2"
+    cot = {**base, "method": "cot", "trace": "dfs", "method_options": {"answer_line": False}}
+    assert prosqa_real.entry_key(cot) == "cot_no_answer_line_dfs_s2"
     # the paper's baselines remove the steps through a curriculum: never the key of the method's plain run
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": True}) == "acot_curriculum_dfs_s2"
     assert prosqa_real.entry_key({**base, "method": "acot", "trace": "dfs", "curriculum": False}) == "acot_dfs_s2"

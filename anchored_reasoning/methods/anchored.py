@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 from anchored_reasoning.anchors import extract_anchors
-from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.methods import Rendered, register_method
+from anchored_reasoning.tasks.extract import prosqa_concept
 from anchored_reasoning.types import Example, Prompt
 
 log = logging.getLogger(__name__)
@@ -323,6 +324,30 @@ class TrainedCoT(TrainedMethod):
     """Question [BoR] -> all steps [EoR] answer line."""
 
     name: ClassVar[str] = "cot"
+    #: ProsQA: ``false`` ends the target at ``[EoR]``, without the answer line (``### Tom is a lempus.``): every
+    #: ProsQA trace ends at the asked option, so the task's extractor reads the answer from the last step. The
+    #: same option as ``anchor_chain``'s, for comparing the two at equal footing.
+    answer_line: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.answer_line, bool):
+            raise ConfigError(f"method cot: option answer_line must be true or false, got {self.answer_line!r}")
+        super().__post_init__()
+
+    def render(self, example: Example, task: Any = None) -> Rendered:
+        rendered = super().render(example, task)
+        if self.answer_line:
+            return rendered
+        name = task_name_of(task, example)
+        if name != "prosqa":
+            raise ConfigError(f"method cot: option answer_line: false needs ProsQA, whose steps end at the answer; "
+                              f"task {name!r} answers apart from its steps")
+        target = rendered.target[: rendered.target.index(EOR) + len(EOR)]
+        want = prosqa_concept(str(example.answer), example)
+        if want is None or prosqa_concept(target, example) != want:
+            raise DataError(f"example {example.id}: its steps do not end at the answer {example.answer!r}, so "
+                            "answer_line: false would train a wrong answer; keep the answer line")
+        return dataclasses.replace(rendered, target=target)
 
 
 @dataclass
