@@ -434,6 +434,7 @@ def test_cot_without_its_answer_line_ends_at_the_answer_its_steps_reach():
     short = dataclasses.replace(example, steps=["Tom is a terpus.", "Every terpus is a brimpus."])
     with pytest.raises(DataError, match="do not end at the answer"):
         noline.render(short, "prosqa")
+    assert noline.prompt(short, "prosqa").text == rendered.prompt  # asking needs no target
     with pytest.raises(ConfigError, match="answer_line: false needs ProsQA"):
         noline.render(gsm8k_example(), "gsm8k")
     with pytest.raises(ConfigError, match="answer_line must be true or false"):

@@ -349,6 +349,10 @@ class TrainedCoT(TrainedMethod):
                             "answer_line: false would train a wrong answer; keep the answer line")
         return dataclasses.replace(rendered, target=target)
 
+    def prompt(self, example: Example, task: Any = None) -> Prompt:
+        """The prompt alone: an example asked at evaluation needs no target, so no check of its steps."""
+        return Prompt(text=super().render(example, task).prompt)
+
 
 @dataclass
 class SlotMethod(TrainedMethod):
