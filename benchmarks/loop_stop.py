@@ -29,8 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from anchored_reasoning.generators.traces import BACK_WORD  # noqa: E402
-
-EOA = "[EoA]"
+from anchored_reasoning.methods.anchored import EOA  # noqa: E402
 
 
 def stop_at(completion: str, k: int, marker: str = BACK_WORD) -> int | None:
@@ -57,12 +56,13 @@ def stop_at(completion: str, k: int, marker: str = BACK_WORD) -> int | None:
 
 def rule_effect(records: list[dict[str, Any]], k: int, count_tokens, marker: str = BACK_WORD) -> dict[str, Any]:
     """One run's first-sample records under the rule with threshold ``k``."""
-    n = stopped = lost = unanswered = 0
+    n = right = stopped = lost = unanswered = 0
     tokens = with_rule = 0.0
     for rec in records:
         if rec.get("sample", 0):
             continue
         n += 1
+        right += bool(rec.get("correct"))
         tokens += rec.get("tokens", 0)
         cut = stop_at(rec.get("completion") or "", k, marker)
         if cut is None:
@@ -74,9 +74,7 @@ def rule_effect(records: list[dict[str, Any]], k: int, count_tokens, marker: str
         with_rule += count_tokens(rec["completion"][:cut])
     return {"k": k, "n": n, "stopped": stopped, "stopped_right": lost, "stopped_unanswered": unanswered,
             "tokens": round(tokens / max(n, 1), 2), "tokens_with_rule": round(with_rule / max(n, 1), 2),
-            "accuracy": round(sum(bool(r.get("correct")) for r in records if not r.get("sample", 0)) / max(n, 1), 4),
-            "accuracy_with_rule": round((sum(bool(r.get("correct")) for r in records if not r.get("sample", 0)) - lost)
-                                        / max(n, 1), 4)}
+            "accuracy": round(right / max(n, 1), 4), "accuracy_with_rule": round((right - lost) / max(n, 1), 4)}
 
 
 def main(argv=None) -> int:
