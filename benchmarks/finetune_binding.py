@@ -2,8 +2,10 @@
 
     python benchmarks/finetune_binding.py --lrs 1e-3 3e-4 1e-4 --steps 120 --threads 1
     python benchmarks/finetune_binding.py --lrs 1e-3 --steps 400 --out /tmp/fb.json     # one more point
+    python benchmarks/finetune_binding.py --option answer_line=false --out /tmp/fb.json  # CoT without its answer line
 
-The demo's CoT (the written depth-first search, steps joined by a space; ``anchored_reasoning.demo``) is
+The demo's CoT (the written depth-first search, steps joined by a space; ``anchored_reasoning.demo``; another
+trained method and its options with ``--method`` and ``--option key=value``) is
 fine-tuned from ``--backbone`` (default: the demo's, ``logic-gpt2-search``) for each learning rate and step
 budget, through the ``ar`` trainer, on the demo's 1-3-hop problems; each model is graded greedily on
 ``--eval-n`` held-out problems (equal shares per depth) and under the binding probe (the same problems
@@ -51,8 +53,8 @@ def fine_tuned(lr: float, steps: int, args, train: list, held: list, hops: dict[
     from anchored_reasoning.train import ar
 
     settings = demo.DemoSettings(seed=args.seed, learning_rate=lr, backbone=args.backbone)
-    run = Path(args.work) / f"lr{lr:g}_steps{steps}"
-    recipe = demo.method_recipe("cot", settings, None, run / "model", 0.0)
+    run = Path(args.work) / run_name(args.method, args.option, lr, steps)
+    recipe = demo.method_recipe(args.method, settings, None, run / "model", 0.0, options=method_options(args.option) or None)
     recipe["training"].update(max_steps=steps, max_train_seconds=None)
     t0 = time.monotonic()
     ckpt = ar.run_with_examples(recipe, train, [])
@@ -66,9 +68,33 @@ def fine_tuned(lr: float, steps: int, args, train: list, held: list, hops: dict[
                             "n": ev["by_hops"][h]["n"]} for h in sorted(ev["by_hops"])}}
 
 
+def method_options(pairs: list[str]) -> dict:
+    """``["answer_line=false", "k=3"]`` -> ``{"answer_line": False, "k": 3}`` (a value that is not JSON stays a string);
+    the demo's options for the method are replaced by these where any are given."""
+    out = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"--option wants key=value, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def run_name(method: str, pairs: list[str], lr: float, steps: int) -> str:
+    """The run's folder: the demo's CoT keeps the name earlier results were written under."""
+    tag = "" if method == "cot" and not pairs else "_".join([method, *sorted(pairs)]).replace("=", "-") + "_"
+    return f"{tag}lr{lr:g}_steps{steps}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backbone", default="logic-gpt2-search")
+    p.add_argument("--method", default="cot", help="the trained method fine-tuned (default: the demo's CoT)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method option (repeatable; JSON values: answer_line=false, k=3); replaces the demo's")
     p.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-4, 1e-4])
     p.add_argument("--steps", nargs="+", type=int, default=[120])
     p.add_argument("--seed", type=int, default=5, help="the problems' and the run's seed (the suite's test uses 5)")
@@ -84,6 +110,7 @@ def main(argv=None) -> int:
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import hops_of
 
+    options = method_options(args.option)  # a malformed --option fails before any work
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
     steps_max = max(args.steps)
@@ -93,7 +120,7 @@ def main(argv=None) -> int:
     result = {"backbone": args.backbone, "zero_shot": zero_shot(args.backbone, held, hops, args.max_new_tokens),
               "fine_tuned": [fine_tuned(lr, s, args, train, held, hops) for s in args.steps for lr in args.lrs],
               "chance": {"right": 0.5, "flips": "0 for a model that ignores the asked entity"},
-              "setup": {"method": "cot", "trace": "dfs", "step_separator": " ", "seed": args.seed, "eval_n": args.eval_n,
+              "setup": {"method": args.method, "options": options, "trace": "dfs", "step_separator": " ", "seed": args.seed, "eval_n": args.eval_n,
                         "batch_size": demo.DemoSettings().batch_size, "max_new_tokens": args.max_new_tokens},
               "machine": machine_info(torch_threads=args.threads, **({"note": args.machine_note} if args.machine_note else {})),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
