@@ -409,3 +409,40 @@ def test_a_slot_method_that_keeps_every_step_is_warned_about():
     removing = get_method("pause", style="trained", k=6, remove_steps_per_stage=1)
     assert steps_kept_warning(removing, curriculum=False) is None
     assert steps_kept_warning(get_method("cot", style="trained"), curriculum=False) is None
+
+
+def test_a_backbone_pretrained_on_space_joined_steps_is_named_when_the_method_joins_them_otherwise(tmp_path):
+    """The shipped logic backbones record what joined their pretraining steps (``backbone.json``); a recipe that
+    leaves ``step_separator`` at the newline default on them is warned, once the rendered targets differ."""
+    import json
+
+    from anchored_reasoning.generators.prosqa import generate_dataset
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.models.zoo import LOGIC_SEARCH_DIR
+    from anchored_reasoning.train.ar import backbone_step_separator, separator_warning
+    from anchored_reasoning.train.backbone import STEP_SEPARATOR, qa_document
+
+    examples = generate_dataset(5, seed=0, min_hops=3, max_hops=3)
+    assert backbone_step_separator("logic-gpt2-search") == STEP_SEPARATOR == " "
+    # the card says what the document writer does: the steps of a pretraining document are joined by it
+    doc = qa_document(examples[0], "prosqa")
+    assert STEP_SEPARATOR.join(s.strip() for s in examples[0].steps) in doc
+    assert json.loads((LOGIC_SEARCH_DIR / "backbone.json").read_text())["step_separator"] == " "
+
+    model = {"name": "logic-gpt2-search"}
+    for name, k in (("cot", None), ("pause", 2), ("acot", 2), ("stepwise", None)):
+        method = get_method(name, style="trained", **({"k": k, "remove_steps_per_stage": 1} if k else {}))
+        warning = separator_warning(method, model, {}, examples, "prosqa")
+        assert warning and "'logic-gpt2-search'" in warning and "step_separator to ' '" in warning, (name, warning)
+        # set either way: no warning
+        for sep in (" ", "\n"):
+            chosen = get_method(name, style="trained", step_separator=sep, **({"k": k, "remove_steps_per_stage": 1} if k else {}))
+            assert separator_warning(chosen, model, {"step_separator": sep}, examples, "prosqa") is None
+    # a method whose targets hold no joined steps, a folder without a card, a preset: nothing to say
+    assert separator_warning(get_method("nocot", style="trained"), model, {}, examples, "prosqa") is None
+    chain = get_method("anchor_chain", style="trained", revisits=True)
+    assert separator_warning(chain, model, {}, examples, "prosqa") is None
+    (tmp_path / "config.json").write_text("{}")
+    assert backbone_step_separator(str(tmp_path)) is None
+    assert separator_warning(get_method("cot", style="trained"), {"name": str(tmp_path)}, {}, examples, "prosqa") is None
+    assert separator_warning(get_method("cot", style="trained"), {"preset": "gpt2-tiny"}, {}, examples, "prosqa") is None

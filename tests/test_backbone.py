@@ -72,7 +72,8 @@ def test_pretrain_learns_and_saves_a_checkpoint_that_loads(tmp_path):
     for t in SPECIAL_TOKENS:
         assert tok.convert_tokens_to_ids(t) != tok.unk_token_id
     assert model.get_input_embeddings().weight.shape[0] == len(tok)
-    assert json.loads((tmp_path / "bb" / "backbone.json").read_text())["steps"] == 60
+    card = json.loads((tmp_path / "bb" / "backbone.json").read_text())
+    assert card["steps"] == 60 and card["step_separator"] == backbone.STEP_SEPARATOR
     assert not (tmp_path / "bb" / "_tokenizer").exists()
 
 

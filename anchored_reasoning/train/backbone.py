@@ -42,6 +42,9 @@ from anchored_reasoning.errors import DataError
 #: width 128 keeps a training step cheap on a CPU).
 BACKBONE_CONFIG = {"n_layer": 4, "n_embd": 128, "n_head": 4, "n_positions": 512,
                    "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+#: What joins a derivation's steps in every pretraining document; ``backbone.json`` records it so a fine-tune
+#: can write its steps the way the backbone read them (``train.ar`` warns where the method's default differs).
+STEP_SEPARATOR = " "
 
 #: Corpus mixture: (task, generator size, share of the documents).
 MIXTURE: list[tuple[str, dict[str, Any], float]] = [
@@ -141,7 +144,7 @@ def qa_document(example, task: str, rng: random.Random | None = None) -> str:
         from anchored_reasoning.generators.traces import apply_trace
 
         (example,) = apply_trace([example], "prosqa", TRACED_KINDS[task])
-    steps = " ".join(s.strip() for s in (example.steps or []))
+    steps = STEP_SEPARATOR.join(s.strip() for s in (example.steps or []))
     return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
 
 
@@ -201,7 +204,7 @@ def facts_of(question: str, task: str) -> str:
 
 def document(example, task: str) -> str:
     """One logic-text document: facts, newline, derivation (no question, no answer marker)."""
-    steps = " ".join(s.strip() for s in (example.steps or []))
+    steps = STEP_SEPARATOR.join(s.strip() for s in (example.steps or []))
     tail = steps
     if task == "prosqa" and example.answer and example.answer not in steps:
         tail = f"{steps} {example.answer}".strip()
@@ -403,6 +406,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
         "torch_threads": torch.get_num_threads(),
         "init_from": init_from_record(init_from),
         "loss_on": loss_on,
+        "step_separator": STEP_SEPARATOR,
         "previous": previous,
     }
     (out / "backbone.json").write_text(json.dumps(summary, indent=1) + "\n")
