@@ -122,7 +122,7 @@ def slot_readings(model, tok, method, examples, hops: dict[str, int], generate: 
     most) graded with the slots visible and hidden."""
     import torch
 
-    from anchored_reasoning.methods.anchored import answer_line
+    from anchored_reasoning.methods.answers import answer_line
     from anchored_reasoning.tasks import get_task
     from anchored_reasoning.train.collate import AnchorLabels, special_token_id
 

@@ -16,7 +16,8 @@ from anchored_reasoning.anchors import extract_anchors, logic_walk
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_WORD
 from anchored_reasoning.methods import Rendered
-from anchored_reasoning.methods.anchored import BOA, EOA, TrainedMethod, answer_line, task_name_of
+from anchored_reasoning.methods.anchored import BOA, EOA, TrainedMethod
+from anchored_reasoning.methods.answers import answer_line, task_name_of
 from anchored_reasoning.types import Example
 
 #: How ``anchor_chain`` marks a walk's back-up: the word ``Back``, or the added token ``[Back]``.

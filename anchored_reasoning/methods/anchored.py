@@ -23,7 +23,7 @@ step, so the model ends up emitting ``[EoR]`` and the answer only (Coconut's las
 A method built without ``stage`` sits at its final stage, the one evaluation uses.
 
 Answer lines are what the task graders read: GSM8K ``#### 18``, ProsQA ``### Tom is a
-lempus.``, ProntoQA ``### True``, any other task ``### <answer>``.
+lempus.``, ProntoQA ``### True``, any other task ``### <answer>`` (``methods/answers.py``).
 
 >>> from anchored_reasoning.methods import get_method
 >>> acot = get_method("acot", style="trained", k=2)
@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 from anchored_reasoning.anchors import extract_anchors
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.methods import Rendered, register_method
+from anchored_reasoning.methods.answers import (  # noqa: F401  (re-exported: the trained formats' answer lines)
+    ANSWER_PREFIX, GSM8K_ANSWER_PREFIX, answer_line, prosqa_answer_sentence, task_name_of,
+)
 from anchored_reasoning.tasks.extract import prosqa_concept
 from anchored_reasoning.types import Example, Prompt
 
@@ -53,8 +55,6 @@ SPECIAL_TOKENS = [BOA, ANT, EOA, BOR, EOR, PAUSE]
 STEP_FORMATS = ("text", "calculations")
 STEP_SEPARATORS = ("\n", " ")
 
-GSM8K_ANSWER_PREFIX = "#### "
-ANSWER_PREFIX = "### "
 
 
 def add_special_tokens(tokenizer: Any, model: Any = None, extra: Sequence[str] = (),
@@ -97,65 +97,6 @@ def _init_rows(tokenizer: Any, model: Any, init: Mapping[str, str]) -> None:
             for table in tables:
                 table[row] = table[ids].mean(0)
         log.info("embedding of %s initialised as the mean of %s (%d tokens)", token, text.strip(), len(ids))
-
-
-# ---------------------------------------------------------------------------------------------
-# task helpers
-
-def task_name_of(task: Any, example: Example | None = None) -> str | None:
-    """The task name from a name, a Task object (``.name``) or, when ``task`` is None, a guess
-    from the example's shape (ProsQA graph fields, a True/False answer, a numeric answer)."""
-    if isinstance(task, str):
-        return task
-    if task is not None:
-        name = getattr(task, "name", None)
-        if isinstance(name, str):
-            return name
-    if example is None:
-        return None
-    meta = example.meta or {}
-    if meta.get("task"):
-        return str(meta["task"])
-    if "idx_to_symbol" in meta or "edges" in meta or re.search(r"\bIs \w+ an? \w+ or \w+\?\s*$", example.question or ""):
-        return "prosqa"
-    if str(example.answer).strip() in ("True", "False") and "True or false" in (example.question or ""):
-        return "prontoqa"
-    if re.fullmatch(r"-?[\d,]+(\.\d+)?", str(example.answer).strip()):
-        return "gsm8k"
-    return None
-
-
-def prosqa_answer_sentence(example: Example) -> str:
-    """ProsQA's answer as the sentence of the real files (``"Tom is a lempus."``), whether the
-    example stores the sentence or only the concept."""
-    meta = example.meta or {}
-    for key in ("answer_sentence", "answer_text", "raw_answer"):
-        if isinstance(meta.get(key), str) and meta[key].strip():
-            return meta[key].strip()
-    answer = str(example.answer).strip()
-    if " is " in answer:
-        return answer if answer.endswith(".") else answer + "."
-    match = re.search(r"\bIs (\w+) an? ", example.question or "")
-    entity = match.group(1) if match else None
-    if entity is None and isinstance(meta.get("idx_to_symbol"), list) and isinstance(meta.get("root"), int):
-        entity = meta["idx_to_symbol"][meta["root"]]
-    if entity is None:
-        raise ConfigError(
-            f"example {example.id}: cannot build the ProsQA answer sentence from answer {answer!r}; "
-            "the question should end with 'Is <entity> a <concept> or <concept>?'"
-        )
-    return f"{entity} is a {answer}."
-
-
-def answer_line(example: Example, task: Any = None) -> str:
-    """The final line of a trained-style target, in the form the task's grader reads."""
-    name = task_name_of(task, example)
-    answer = str(example.answer).strip()
-    if name == "gsm8k":
-        return GSM8K_ANSWER_PREFIX + answer
-    if name == "prosqa":
-        return ANSWER_PREFIX + prosqa_answer_sentence(example)
-    return ANSWER_PREFIX + answer
 
 
 # ---------------------------------------------------------------------------------------------

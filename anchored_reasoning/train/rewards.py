@@ -63,7 +63,7 @@ def example_of(row: Any) -> Example:
 
 def gold_completion(example: Example, task: Any) -> str:
     """The gold answer written as the answer line a trained checkpoint emits (``#### 18``, ``### True``)."""
-    from anchored_reasoning.methods.anchored import answer_line
+    from anchored_reasoning.methods.answers import answer_line
 
     return answer_line(example, getattr(task, "name", task))
 
