@@ -1,8 +1,8 @@
 """Issue 10, item 1, end to end through the trainer: the demo's default backbone (``logic-gpt2-search``),
 fine-tuned CoT on the written search by the ``ar`` trainer (TRL's SFTTrainer path, fused LM head) on the
 demo's 1-3-hop problems, answers held-out problems right and *reads the asked entity* at every depth: asked
-about the other entity, its answer flips on >= 90% of them at 1 and 2 hops and as often as the backbone's own
-at 3 (~0.85). And ``logic-gpt2-shift`` (the backbone before it)
+about the other entity, its answer flips on >= 90% of them at 1, 2 and 3 hops (the issue's bar), above the
+backbone's own 0.85 at 3 hops. And ``logic-gpt2-shift`` (the backbone before it)
 fine-tuned No-CoT on 1-hop problems binds there (200 steps, ~1.5 min of one core).
 
 This also guards the trainer path of the token shift: with the shift outside the backbone TRL calls, the
@@ -47,19 +47,18 @@ def test_fine_tuned_default_binds_the_asked_entity_at_one_hop(tmp_path):
     assert pr["flip_rate"]["mean"] >= 0.8, pr["flip_rate"]
 
 
-SEARCH_STEPS = 120
+SEARCH_STEPS = 400
 
 
-def test_fine_tuned_default_reads_the_asked_entity_at_every_depth_as_the_backbone_does(tmp_path):
-    """CoT written as the search (the demo's default trace, steps joined as in pretraining), 120 steps from
-    the demo's default backbone at lr 1e-4, 40 held-out problems per depth. Fine-tuning keeps what the
-    backbone does zero-shot in its own format on the same problems, and reads the asked entity at every
-    depth. Measured (benchmarks/finetune_binding.py, 80 problems per depth, seed 5): fine-tuned right 1.00 / 0.99 / 0.91 and
-    flips 1.00 / 0.99 / 0.86; the backbone zero-shot right 1.00 / 1.00 / 0.90, flips 0.99 / 0.96 / 0.85 (this
-    test's 40 per depth: fine-tuned right 1.00 / 1.00 / 0.90, flips 1.00 / 1.00 / 0.875; zero-shot at 3 hops
-    right 0.85, flips 0.825).
-    At the demo's lr 1e-3 the same 120 steps lose some of it (3 hops: right 0.81, flips 0.69). The issue's bar (flips >= 0.9 at every depth) holds at 1-2 hops; at 3 hops the limit
-    is the backbone's own search (its misses are loops: a concept revisited after backing up)."""
+def test_fine_tuned_default_reads_the_asked_entity_at_every_depth(tmp_path):
+    """CoT written as the search (the demo's default trace, steps joined as in pretraining), 400 steps from
+    the demo's default backbone at lr 1e-4, 40 held-out problems per depth: the answer flips with the asked
+    entity on >= 90% of them at every depth, and nothing the backbone does zero-shot in its own format on the
+    same problems is lost. Measured (benchmarks/finetune_binding.py, 80 problems per depth, seed 5;
+    finetune_binding_cot400.json): right 1.00 / 1.00 / 0.95, flips 1.00 / 0.97 / 0.91; on this test's 40 per depth
+    flips 1.00 / 0.95 / 0.925. The backbone zero-shot: right 1.00 / 1.00 / 0.90, flips 0.99 / 0.96 / 0.85.
+    120 steps were not enough at 3 hops (right 0.91, flips 0.86: the backbone's own search, made-up steps and
+    loops after backing up); 400 steps at lr 3e-4 neither (flips 0.84 at 3 hops), nor the demo's lr 1e-3."""
     import sys
     from pathlib import Path
 
@@ -77,5 +76,5 @@ def test_fine_tuned_default_reads_the_asked_entity_at_every_depth_as_the_backbon
     for h in ("1", "2", "3"):  # nothing the backbone does is lost (4 of 40 problems of slack)
         assert right[h] >= zero_shot[h]["right"] - 0.1, (h, right, zero_shot[h])
         assert flips[h] >= zero_shot[h]["flips"] - 0.1, (h, flips, zero_shot[h])
-    assert right["1"] >= 0.9 and right["2"] >= 0.9 and right["3"] >= 0.8, right
-    assert flips["1"] >= 0.9 and flips["2"] >= 0.9 and flips["3"] >= 0.75, flips
+    assert right["1"] >= 0.9 and right["2"] >= 0.9 and right["3"] >= 0.9, right
+    assert flips["1"] >= 0.9 and flips["2"] >= 0.9 and flips["3"] >= 0.9, flips  # issue 10, item 1
