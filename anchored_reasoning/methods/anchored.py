@@ -56,7 +56,6 @@ STEP_FORMATS = ("text", "calculations")
 STEP_SEPARATORS = ("\n", " ")
 
 
-
 def add_special_tokens(tokenizer: Any, model: Any = None, extra: Sequence[str] = (),
                        init: Mapping[str, str] | None = None) -> int:
     """Add :data:`SPECIAL_TOKENS` and ``extra`` (a method's own, :attr:`TrainedMethod.added_tokens`) to
