@@ -46,7 +46,7 @@ def zero_shot(backbone: str, held: list, hops: dict[str, int], max_new_tokens: i
     return out
 
 
-def fine_tuned(lr: float, steps: int, args, train: list, held: list, hops: dict[str, int]) -> dict:
+def fine_tuned(lr: float, steps: int, args, options: dict, train: list, held: list, hops: dict[str, int]) -> dict:
     """One fine-tune (resumed or reused if its folder holds it) and its figures per depth."""
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import binding_probe_examples
@@ -54,7 +54,7 @@ def fine_tuned(lr: float, steps: int, args, train: list, held: list, hops: dict[
 
     settings = demo.DemoSettings(seed=args.seed, learning_rate=lr, backbone=args.backbone)
     run = Path(args.work) / run_name(args.method, args.option, lr, steps)
-    recipe = demo.method_recipe(args.method, settings, None, run / "model", 0.0, options=method_options(args.option) or None)
+    recipe = demo.method_recipe(args.method, settings, None, run / "model", 0.0, options=options or None)
     recipe["training"].update(max_steps=steps, max_train_seconds=None)
     t0 = time.monotonic()
     ckpt = ar.run_with_examples(recipe, train, [])
@@ -69,18 +69,15 @@ def fine_tuned(lr: float, steps: int, args, train: list, held: list, hops: dict[
 
 
 def method_options(pairs: list[str]) -> dict:
-    """``["answer_line=false", "k=3"]`` -> ``{"answer_line": False, "k": 3}`` (a value that is not JSON stays a string);
-    the demo's options for the method are replaced by these where any are given."""
-    out = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key:
-            raise SystemExit(f"--option wants key=value, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+    """``["answer_line=false", "k=3"]`` -> ``{"answer_line": False, "k": 3}``, read as ``--method-arg`` is
+    (``anchored_reasoning.options``); the demo's options for the method are replaced by these where any are given."""
+    from anchored_reasoning.errors import ConfigError
+    from anchored_reasoning.options import parse_key_values
+
+    try:
+        return parse_key_values(pairs, "--option")
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def run_name(method: str, pairs: list[str], lr: float, steps: int) -> str:
@@ -118,9 +115,10 @@ def main(argv=None) -> int:
                                                    backbone=args.backbone))
     hops = {ex.id: hops_of(ex) for ex in held}
     result = {"backbone": args.backbone, "zero_shot": zero_shot(args.backbone, held, hops, args.max_new_tokens),
-              "fine_tuned": [fine_tuned(lr, s, args, train, held, hops) for s in args.steps for lr in args.lrs],
+              "fine_tuned": [fine_tuned(lr, s, args, options, train, held, hops) for s in args.steps for lr in args.lrs],
               "chance": {"right": 0.5, "flips": "0 for a model that ignores the asked entity"},
-              "setup": {"method": args.method, "options": options, "trace": "dfs", "step_separator": " ", "seed": args.seed, "eval_n": args.eval_n,
+              "setup": {"method": args.method, "options": options, "trace": "dfs",
+                        "step_separator": options.get("step_separator", demo.DemoSettings().step_separator), "seed": args.seed, "eval_n": args.eval_n,
                         "batch_size": demo.DemoSettings().batch_size, "max_new_tokens": args.max_new_tokens},
               "machine": machine_info(torch_threads=args.threads, **({"note": args.machine_note} if args.machine_note else {})),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
