@@ -385,7 +385,7 @@ def test_a_walk_can_mark_its_back_ups():
         get_method("anchor_chain", style="trained", answer_line="no")
     prontoqa = Example(id="p", question="Facts. True or false: Stella is floral?", answer="False",
                        steps=["Stella is a lorpus.", "Every lorpus is not floral.", "Stella is not floral."])
-    with pytest.raises(ConfigError, match="answer_line: false needs ProsQA"):
+    with pytest.raises(ConfigError, match="anchor_chain: option answer_line: false needs ProsQA.*'prontoqa'"):
         get_method("anchor_chain", style="trained", answer_line=False).render(prontoqa, "prontoqa")
     # a word of the question (a name, a concept) would read as a node of the walk: refused at render, naming it
     for clash in ("Tom", "lempus"):
@@ -435,7 +435,7 @@ def test_cot_without_its_answer_line_ends_at_the_answer_its_steps_reach():
     with pytest.raises(DataError, match="do not end at the answer"):
         noline.render(short, "prosqa")
     assert noline.prompt(short, "prosqa").text == rendered.prompt  # asking needs no target
-    with pytest.raises(ConfigError, match="answer_line: false needs ProsQA"):
+    with pytest.raises(ConfigError, match="cot: option answer_line: false needs ProsQA.*'gsm8k'"):
         noline.render(gsm8k_example(), "gsm8k")
     with pytest.raises(ConfigError, match="answer_line must be true or false"):
         get_method("cot", style="trained", answer_line="no")

@@ -17,7 +17,7 @@ from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_WORD
 from anchored_reasoning.methods import Rendered
 from anchored_reasoning.methods.anchored import BOA, EOA, TrainedMethod
-from anchored_reasoning.methods.answers import answer_line, task_name_of
+from anchored_reasoning.methods.answers import answer_line, require_prosqa_without_answer_line, task_name_of
 from anchored_reasoning.types import Example
 
 #: How ``anchor_chain`` marks a walk's back-up: the word ``Back``, or the added token ``[Back]``.
@@ -114,9 +114,7 @@ class AnchorChain(TrainedMethod):
         if self.negation and anchors and steps and re.search(r"\bnot\s+" + re.escape(anchors[-1]), steps[-1]):
             anchors[-1] = "not " + anchors[-1]
         if not self.answer_line:
-            if name != "prosqa":
-                raise ConfigError(f"method anchor_chain: option answer_line: false needs ProsQA, whose chain ends at "
-                                  f"the answer; task {name!r} answers apart from its chain")
+            require_prosqa_without_answer_line("anchor_chain", name, "anchors")
             return Rendered(prompt=prompt, target=" ".join(anchors) + EOA, anchors=[])
         chain = " ".join(anchors) + EOA + "\n"
         if self.conclusion and name == "prontoqa" and steps:

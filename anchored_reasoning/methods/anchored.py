@@ -40,7 +40,8 @@ from anchored_reasoning.anchors import extract_anchors
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.methods import Rendered, register_method
 from anchored_reasoning.methods.answers import (  # noqa: F401  (re-exported: the trained formats' answer lines)
-    ANSWER_PREFIX, GSM8K_ANSWER_PREFIX, answer_line, prosqa_answer_sentence, task_name_of,
+    ANSWER_PREFIX, GSM8K_ANSWER_PREFIX, answer_line, prosqa_answer_sentence, require_prosqa_without_answer_line,
+    task_name_of,
 )
 from anchored_reasoning.tasks.extract import prosqa_concept
 from anchored_reasoning.types import Example, Prompt
@@ -279,9 +280,7 @@ class TrainedCoT(TrainedMethod):
         if self.answer_line:
             return rendered
         name = task_name_of(task, example)
-        if name != "prosqa":
-            raise ConfigError(f"method cot: option answer_line: false needs ProsQA, whose steps end at the answer; "
-                              f"task {name!r} answers apart from its steps")
+        require_prosqa_without_answer_line("cot", name, "steps")
         target = rendered.target[: rendered.target.index(EOR) + len(EOR)]
         want = prosqa_concept(str(example.answer), example)
         if want is None or prosqa_concept(target, example) != want:

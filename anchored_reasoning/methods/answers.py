@@ -67,3 +67,11 @@ def answer_line(example: Example, task: Any = None) -> str:
     if name == "prosqa":
         return ANSWER_PREFIX + prosqa_answer_sentence(example)
     return ANSWER_PREFIX + answer
+
+
+def require_prosqa_without_answer_line(method: str, name: str | None, what: str) -> None:
+    """``answer_line: false`` ends a target at its last step, which is the answer only on ProsQA (every
+    trace ends at the asked option); elsewhere the answer stands apart from the ``what`` (steps, chain)."""
+    if name != "prosqa":
+        raise ConfigError(f"method {method}: option answer_line: false needs ProsQA, whose {what} end at the answer; "
+                          f"task {name!r} answers apart from its {what}")
