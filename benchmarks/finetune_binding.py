@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -81,8 +82,12 @@ def method_options(pairs: list[str]) -> dict:
 
 
 def run_name(method: str, pairs: list[str], lr: float, steps: int) -> str:
-    """The run's folder: the demo's CoT keeps the name earlier results were written under."""
-    tag = "" if method == "cot" and not pairs else "_".join([method, *sorted(pairs)]).replace("=", "-") + "_"
+    """The run's folder: the demo's CoT keeps the name earlier results were written under. Option values
+    are escaped (``step_separator=" "`` gives ``step_separator-+22+20+22``): no quote, space or slash
+    reaches the path, and two different values never share a folder."""
+    escaped = [key + "-" + quote(value, safe="").replace("%", "+")
+               for key, _, value in (pair.partition("=") for pair in sorted(pairs))]
+    tag = "" if method == "cot" and not pairs else "_".join([method, *escaped]) + "_"
     return f"{tag}lr{lr:g}_steps{steps}"
 
 

@@ -28,3 +28,9 @@ def test_the_demo_cot_keeps_its_run_folder_and_other_setups_get_their_own():
     assert len({a, b, "lr0.0001_steps120"}) == 3 and "=" not in a + b
     # the options' order on the command line does not make a second run of the same setup
     assert b == finetune_binding.run_name("anchor_chain", ["mark_backups=true", "revisits=true"], 1e-4, 120)
+    # a value with a space, quotes or a slash stays one plain folder name, and distinct values stay distinct
+    spaced = finetune_binding.run_name("cot", ['step_separator=" "'], 1e-4, 120)
+    assert not set(' "/\\') & set(spaced) and spaced.startswith("cot_step_separator-")
+    assert spaced != finetune_binding.run_name("cot", ['step_separator="\\n"'], 1e-4, 120)
+    assert (finetune_binding.run_name("cot", ["a=b-c"], 1e-4, 120)
+            != finetune_binding.run_name("cot", ["a=b=c"], 1e-4, 120))
