@@ -75,6 +75,7 @@ def test_tiny_pretraining_run_saves_a_loadable_backbone(tmp_path):
     assert set(s["held_out_derivation_nelbo"]["after"]) == {"prosqa", "prontoqa"}
     saved = json.loads((out / "backbone.json").read_text())
     assert saved["arch"] == "adlm" and saved["config"]["hidden_size"] == 32
+    assert saved["step_separator"] == " "  # what joined the documents' steps: read by train.separator
     model = AutoModelForMaskedLM.from_pretrained(out)
     assert isinstance(model, models.ADLM)
     assert AutoTokenizer.from_pretrained(out).mask_token_id == model.config.mask_token_id

@@ -135,3 +135,33 @@ def test_the_shifted_start_aliases_build_once_and_load(tmp_path, monkeypatch, pr
     ids = tok(problems[0].question, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=ids).logits, ref.eval()(input_ids=ids).logits)
+
+
+def test_diffusion_sft_on_a_space_joined_backbone_warns_of_newline_steps(tmp_path, monkeypatch, caplog):
+    """The diffusion backbones were pretrained on logic-gpt2's documents (steps joined by a space): their cards
+    say so, the logic-*-shift starts carry logic-gpt2-shift's, and diffusion SFT that leaves a multi-step CoT at
+    the newline default is warned before any model is built; setting the option silences it."""
+    import json
+    import logging
+
+    from anchored_reasoning.train.backbone import STEP_SEPARATOR
+    from anchored_reasoning.train.diffusion import run
+    from anchored_reasoning.train.separator import backbone_step_separator
+
+    monkeypatch.setenv("ANCHORED_REASONING_CACHE", str(tmp_path / "cache"))
+    for alias in ("logic-mdlm", "logic-adlm", "logic-mdlm-shift"):
+        assert backbone_step_separator(alias) == STEP_SEPARATOR == " ", alias
+    card = json.loads((tmp_path / "cache" / "models" / "logic-mdlm-shift" / "backbone.json").read_text())
+    assert card["init_from"] == "logic-gpt2-shift" and "MDLM" in card["what"]
+
+    base = ["model.name=logic-mdlm", "model.tokenizer=logic-mdlm", "model.preset=null", "model.config=null",
+            "data.train.params.min_hops=3", "data.train.params.max_hops=3", "data.train.n=8", "data.valid=null",
+            "training.max_steps=1", "training.per_device_train_batch_size=4"]
+    with caplog.at_level(logging.WARNING, logger="anchored_reasoning.train.diffusion"):
+        run("diffusion_sft_prosqa_mdlm", [f"output_dir={tmp_path / 'newline'}", *base])
+    warned = [r.getMessage() for r in caplog.records if "step_separator" in r.getMessage()]
+    assert len(warned) == 1 and "'logic-mdlm'" in warned[0] and "step_separator to ' '" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="anchored_reasoning.train.diffusion"):
+        run("diffusion_sft_prosqa_mdlm", [f"output_dir={tmp_path / 'space'}", *base, 'method.options={step_separator: " "}'])
+    assert not [r for r in caplog.records if "step_separator" in r.getMessage()]

@@ -180,6 +180,15 @@ def _ar_init_start(arch: str) -> Callable[[], str]:
             tok.save_pretrained(tmp)
             shutil.rmtree(out, ignore_errors=True)
             tmp.replace(out)
+        card = out / "backbone.json"
+        if not card.is_file():  # what the copied weights were pretrained on (also for a start built before cards)
+            import json
+
+            source = json.loads((LOGIC_SHIFT_DIR / "backbone.json").read_text())
+            card.write_text(json.dumps({
+                "what": f"logic-gpt2-shift's weights copied into a {arch.upper()} (no training): "
+                        "anchored_reasoning.models.ar_init.build_start",
+                "init_from": "logic-gpt2-shift", "step_separator": source.get("step_separator")}, indent=1) + "\n")
         return str(out)
     return materialize
 

@@ -318,6 +318,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     if mode == "sft":
         from anchored_reasoning.methods import get_method
         from anchored_reasoning.train.data_sources import load_split
+        from anchored_reasoning.train.separator import separator_warning
 
         method_cfg = dict(recipe.get("method") or {})
         if not method_cfg.get("name"):
@@ -331,6 +332,9 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         if not train_examples:
             raise DataError("recipe data.train produced no examples")
         valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
+        warning = separator_warning(method, model_cfg, dict(method_cfg.get("options") or {}), train_examples, task_name)
+        if warning:
+            logger.warning(warning)
         texts = [(lambda r: r.prompt + r.target)(method.render(ex, task_name)) for ex in train_examples[:5000]]
     else:
         from anchored_reasoning.train.diffusion_data import read_text_documents

@@ -154,7 +154,7 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     import torch
     from datasets import Dataset
 
-    from anchored_reasoning.train.backbone import logic_corpus, qa_corpus
+    from anchored_reasoning.train.backbone import STEP_SEPARATOR, logic_corpus, qa_corpus
     from anchored_reasoning.train.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
 
@@ -196,6 +196,7 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
         "parameters": sum(p.numel() for p in model.parameters()),
         "corpus": {"generator": f"anchored_reasoning.train.backbone.{make.__name__}", "documents": len(train_rows),
                    "dropped_too_long": dropped, "seed": seed},
+        "step_separator": STEP_SEPARATOR,  # what joined each document's steps (read by train.separator)
         "steps": steps, "epochs": steps * batch_size / max(1, len(train_rows)), "batch_size": batch_size, "lr": lr,
         "schedule": f"cosine, warm-up {warmup}", "anchored": arch == "adlm",
         "train_seconds": round(train_seconds, 1), "total_seconds": round(time.time() - t_start, 1),
