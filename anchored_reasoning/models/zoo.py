@@ -185,10 +185,12 @@ def _ar_init_start(arch: str) -> Callable[[], str]:
             import json
 
             source = json.loads((LOGIC_SHIFT_DIR / "backbone.json").read_text())
-            card.write_text(json.dumps({
+            part = card.with_name(card.name + ".tmp")  # written whole, then moved: never a half card
+            part.write_text(json.dumps({
                 "what": f"logic-gpt2-shift's weights copied into a {arch.upper()} (no training): "
                         "anchored_reasoning.models.ar_init.build_start",
                 "init_from": "logic-gpt2-shift", "step_separator": source.get("step_separator")}, indent=1) + "\n")
+            part.replace(card)
         return str(out)
     return materialize
 
