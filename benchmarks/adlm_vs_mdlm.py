@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from anchored_reasoning.files import atomic_write
 from anchored_reasoning.machine import machine_info
 
 log = logging.getLogger("adlm_vs_mdlm")
@@ -91,9 +92,7 @@ def add_ppl_arguments(ap: argparse.ArgumentParser, *, t_samples: int = 4) -> Non
 
 def write(out: Path, result: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    tmp.replace(out)
+    atomic_write(out, json.dumps(result, indent=2, default=str) + "\n")
 
 
 def mean(xs: list[float]) -> float:

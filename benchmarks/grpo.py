@@ -44,6 +44,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from anchored_reasoning.files import atomic_write  # noqa: E402
 from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("grpo_bench")
@@ -66,9 +67,7 @@ def shown(path: Path) -> str:
 
 def write(out: Path, result: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    tmp.replace(out)
+    atomic_write(out, json.dumps(result, indent=2, default=str) + "\n")
     log.info("wrote %s", out)
 
 

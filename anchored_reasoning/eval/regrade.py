@@ -31,12 +31,12 @@ from anchored_reasoning.eval.runner import (
     RECORDS,
     SUMMARY_JSON,
     SUMMARY_MD,
-    _atomic_write,
     _grade_all,
     _jsonable,
     _resolve_task,
     load_records,
 )
+from anchored_reasoning.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +157,9 @@ def _write(run: Path, records: list[dict[str, Any]], summary: dict[str, Any]) ->
         except BlockingIOError:
             raise ResumeError(f"a run is writing to {run} right now; regrade it when that run has ended") from None
         try:
-            _atomic_write(run / RECORDS, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records))
-            _atomic_write(run / SUMMARY_JSON, json.dumps(summary, indent=2, default=str) + "\n")
-            _atomic_write(run / SUMMARY_MD, render_markdown(summary))
+            atomic_write(run / RECORDS, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records))
+            atomic_write(run / SUMMARY_JSON, json.dumps(summary, indent=2, default=str) + "\n")
+            atomic_write(run / SUMMARY_MD, render_markdown(summary))
         finally:
             if not existed:
                 lock_path.unlink(missing_ok=True)

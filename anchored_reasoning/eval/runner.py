@@ -31,13 +31,13 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
 from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
+from anchored_reasoning.files import atomic_write
 from anchored_reasoning.errors import BackendError, ConfigError, ResumeError
 from anchored_reasoning.eval.progress import PhaseBars
 from anchored_reasoning.eval.report import render_markdown, summarize
@@ -126,22 +126,9 @@ def load_records(path: str | os.PathLike, *, repair: bool = True) -> list[dict[s
         records.append(rec)
     needs_newline = bool(raw) and not raw.endswith(b"\n")
     if repair and (dropped or needs_newline):
-        _atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
         log.info("%s: repaired (%d records kept, %d dropped)", path, len(records), dropped)
     return records
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _append(path: Path, records: list[dict[str, Any]]) -> None:
@@ -336,7 +323,7 @@ def run_eval(
             config["created"] = old.get("created", _now())
         else:
             config["created"] = _now()
-        _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
+        atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
 
         records_path = out / RECORDS
         records = load_records(records_path)
@@ -405,7 +392,7 @@ def run_eval(
                 bars.graded(new)
                 # keep the session's progress in config.json, so a killed session still counts its time
                 sessions[-1].update({"wall_seconds": round(time.perf_counter() - t0, 3), "generated": len(records) - done_records})
-                _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
+                atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
                 if failed is not None:
                     log.warning("%s: kept the %d samples that finished before the backend failed", out, len(new))
                     raise failed
@@ -413,7 +400,7 @@ def run_eval(
             bars.close()
         elapsed = time.perf_counter() - t0
         sessions[-1].update({"ended": _now(), "wall_seconds": round(elapsed, 3), "generated": len(records) - done_records})
-        _atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
+        atomic_write(out / CONFIG, json.dumps(config, indent=2, default=str) + "\n")
 
         summary = summarize(
             records,
@@ -437,8 +424,8 @@ def run_eval(
                 "wall_seconds": round(sum(float(s.get("wall_seconds") or 0.0) for s in sessions), 3),
             },
         )
-        _atomic_write(out / SUMMARY_JSON, json.dumps(summary, indent=2, default=str) + "\n")
-        _atomic_write(out / SUMMARY_MD, render_markdown(summary))
+        atomic_write(out / SUMMARY_JSON, json.dumps(summary, indent=2, default=str) + "\n")
+        atomic_write(out / SUMMARY_MD, render_markdown(summary))
         return summary
     finally:
         lock_file.close()

@@ -184,13 +184,13 @@ def _ar_init_start(arch: str) -> Callable[[], str]:
         if not card.is_file():  # what the copied weights were pretrained on (also for a start built before cards)
             import json
 
+            from anchored_reasoning.files import atomic_write
+
             source = json.loads((LOGIC_SHIFT_DIR / "backbone.json").read_text())
-            part = card.with_name(card.name + ".tmp")  # written whole, then moved: never a half card
-            part.write_text(json.dumps({
+            atomic_write(card, json.dumps({  # never a half card
                 "what": f"logic-gpt2-shift's weights copied into a {arch.upper()} (no training): "
                         "anchored_reasoning.models.ar_init.build_start",
                 "init_from": "logic-gpt2-shift", "step_separator": source.get("step_separator")}, indent=1) + "\n")
-            part.replace(card)
         return str(out)
     return materialize
 

@@ -48,6 +48,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from anchored_reasoning.errors import ResumeError
+from anchored_reasoning.files import atomic_write
 from anchored_reasoning.train.checkpoint_files import (  # noqa: F401 - part of this module's API
     TRAINER_STATE,
     checkpoint_problem,
@@ -91,12 +92,7 @@ def _is_main() -> bool:
 
 
 def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=2, default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
