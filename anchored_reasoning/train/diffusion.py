@@ -323,7 +323,8 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         method_cfg = dict(recipe.get("method") or {})
         if not method_cfg.get("name"):
             raise ConfigError("SFT recipes need method.name (nocot, cot, pause or stepwise)")
-        method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
+        options = dict(method_cfg.get("options") or {})
+        method = get_method(method_cfg["name"], style="trained", **options)
         if getattr(method, "anchored", False):
             raise ConfigError(
                 f"method {method.name!r} puts [ANT] slots in the prompt for an AR anchor loss; diffusion SFT anchors the "
@@ -332,7 +333,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
         if not train_examples:
             raise DataError("recipe data.train produced no examples")
         valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
-        warning = separator_warning(method, model_cfg, dict(method_cfg.get("options") or {}), train_examples, task_name)
+        warning = separator_warning(method, model_cfg, options, train_examples, task_name)
         if warning:
             logger.warning(warning)
         texts = [(lambda r: r.prompt + r.target)(method.render(ex, task_name)) for ex in train_examples[:5000]]
