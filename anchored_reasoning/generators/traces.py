@@ -58,21 +58,14 @@ import re
 from typing import Callable, Sequence
 
 from anchored_reasoning.errors import ConfigError, DataError
+from anchored_reasoning.generators.logic_text import BACK_UP, BACK_WORD, STEP, logic_nodes, singular  # noqa: F401 - BACK_UP, STEP re-exported
 from anchored_reasoning.types import Example
 
 TRACE_ORDERS = ("forward", "backward", "options_backward", "dfs", "dfs_paths")
-#: The word a search backs up with: the ``dfs`` step ``Back to <parent>.``, and a walk's back-up (the anchor
-#: chain with ``mark_backups``: ``Back <parent>``).
-BACK_WORD = "Back"
 #: The one-token back-up of a walk (``mark_backups`` with ``backup_marker: token``): an added token glued to
 #: the node the walk backs up from (``Rex rempus impus[Back] rempus lempus``), so it costs one token a back-up
 #: on any tokenizer (the space before an added token would be a token of its own).
 BACK_TOKEN = "[Back]"
-#: A ``dfs`` back-up step as written (:func:`prosqa_dfs`) and as read back (anchors, search replay): the parent.
-BACK_UP = re.compile(BACK_WORD + r" to (\w+)\.")
-#: A step down as read back (the probes, the search replay): ``X is a Y.`` / ``Every X is a Y.`` -> (X, Y).
-STEP = re.compile(r"(?:Every )?(\S+) is an? (\S+?)\.?")
-
 _SENTENCE = re.compile(r"[^.]+\.")
 
 
@@ -111,8 +104,6 @@ def prontoqa_rules(question: str) -> list[tuple[str, bool, str]]:
     "<Name> is ..." is about an entity, "Every/Each X is", "Xs are" about a concept); the ``True or
     false:`` query is not a rule, and sentences of other shapes are skipped.
     """
-    from anchored_reasoning.anchors import singular
-
     out = []
     for sentence in proof_sentences(question.split("True or false:")[0]):
         m = _RULE.match(sentence)
@@ -141,7 +132,6 @@ def prosqa_options_backward(example: Example) -> list[str]:
     it comes from: ``"<option>: <fact ending in the option>"``, then the facts up to the entity's own.
     The answer's walk is the gold proof reversed; the other option's is a shortest path from the entity
     that reaches it. A problem whose wrong option no entity reaches raises :class:`DataError`."""
-    from anchored_reasoning.anchors import logic_nodes
     from anchored_reasoning.generators.prosqa import shortest_path
 
     symbols, edges, root, target, neg = _graph(example)
