@@ -76,7 +76,7 @@ class DemoSettings:
     #: proof) needs look-ahead from its first step, which no method learned in the demo's budget (session 22)
     trace: str = "dfs"
     #: what joins a trace's steps in the training targets: a space, as in the shipped logic backbones'
-    #: pretraining documents (``train.backbone``), so fine-tuning keeps the format the backbone knows
+    #: pretraining documents (``train.logic_text``), so fine-tuning keeps the format the backbone knows
     step_separator: str = " "
     #: Model every method fine-tunes: a checkpoint, alias or Hub id (default: the shipped
     #: ``logic-gpt2-search`` backbone); None trains ``preset`` from scratch with a tokenizer trained here.

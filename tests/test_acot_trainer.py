@@ -420,7 +420,7 @@ def test_a_backbone_pretrained_on_space_joined_steps_is_named_when_the_method_jo
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.models.zoo import LOGIC_SEARCH_DIR
     from anchored_reasoning.train.separator import backbone_step_separator, separator_warning
-    from anchored_reasoning.train.backbone import STEP_SEPARATOR, qa_document
+    from anchored_reasoning.train.logic_text import STEP_SEPARATOR, qa_document
 
     examples = generate_dataset(5, seed=0, min_hops=3, max_hops=3)
     assert backbone_step_separator("logic-gpt2-search") == STEP_SEPARATOR == " "

@@ -144,7 +144,7 @@ def test_diffusion_sft_on_a_space_joined_backbone_warns_of_newline_steps(tmp_pat
     import json
     import logging
 
-    from anchored_reasoning.train.backbone import STEP_SEPARATOR
+    from anchored_reasoning.train.logic_text import STEP_SEPARATOR
     from anchored_reasoning.train.diffusion import run
     from anchored_reasoning.train.separator import backbone_step_separator
 

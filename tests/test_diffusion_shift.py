@@ -8,7 +8,7 @@ import torch
 
 import anchored_reasoning.models as models
 from anchored_reasoning.models.shift import ShiftGPT2LMHeadModel
-from anchored_reasoning.train import diffusion_backbone as db
+from anchored_reasoning.models import ar_init
 
 V, MASK = 50, 3
 COMMON = dict(vocab_size=V, mask_token_id=MASK, hidden_size=32, intermediate_size=64, num_attention_heads=2,
@@ -101,24 +101,17 @@ def test_ar_init_from_a_shift_gpt2_copies_the_shift():
         for lin in ar.transformer.shift_proj:
             lin.weight.normal_(0, 0.1)
     m = models.MDLM(models.MDLMConfig(**COMMON, token_shift=3))
-    n = db.copy_ar_weights(m, ar)
+    n = ar_init.copy_ar_weights(m, ar)
     assert n == 2 + 2 * 10 + 2 + 3
     for a, b in zip(m.shift_proj, ar.transformer.shift_proj):
         assert torch.equal(a.weight, b.weight)
     with pytest.raises(ValueError, match="shifts 3 tokens"):
-        db.copy_ar_weights(models.MDLM(models.MDLMConfig(**COMMON, token_shift=2)), ar)
+        ar_init.copy_ar_weights(models.MDLM(models.MDLMConfig(**COMMON, token_shift=2)), ar)
 
 
 def test_a_negative_shift_is_refused():
     with pytest.raises(ValueError, match="token_shift=-1"):
         models.MDLM(models.MDLMConfig(**COMMON, token_shift=-1))
-
-
-def test_init_from_needs_the_ar_init(tmp_path):
-    with pytest.raises(ValueError, match="needs init='ar'"):
-        db.pretrain(tmp_path, init="scratch", init_from="logic-gpt2-shift")
-    with pytest.raises(ValueError, match="corpus must be"):
-        db.pretrain(tmp_path, corpus="wiki")
 
 
 # --- the output shift (config.shift_logits): AR alignment of the copied head ----------------------------
@@ -149,9 +142,9 @@ def test_the_ar_init_with_both_shifts_predicts_what_the_ar_model_predicts():
     want = tok(" wumpus", add_special_tokens=False)["input_ids"][0]
     got = {}
     for flag in (False, True):
-        m = models.MDLM(models.MDLMConfig.from_preset(db.PRESET, vocab_size=len(tok), mask_token_id=tok.mask_token_id,
+        m = models.MDLM(models.MDLMConfig.from_preset(ar_init.PRESET, vocab_size=len(tok), mask_token_id=tok.mask_token_id,
                                                       token_shift=3, shift_logits=flag))
-        db.copy_ar_weights(m, ar)
+        ar_init.copy_ar_weights(m, ar)
         with torch.no_grad():
             got[flag] = m.eval()(input_ids=torch.tensor([ids + [tok.mask_token_id]])).logits[0, -1].argmax().item()
     with torch.no_grad():

@@ -125,7 +125,7 @@ class TrainedMethod:
     stage: int | None = None
     step_format: str = "text"
     #: what joins the kept steps in the target: a newline, or a space to match a backbone pretrained on
-    #: steps joined by spaces (``train.backbone``'s documents; the demo sets it for ``logic-gpt2-search``)
+    #: steps joined by spaces (``train.logic_text``'s documents; the demo sets it for ``logic-gpt2-search``)
     step_separator: str = "\n"
 
     @property

@@ -141,8 +141,8 @@ def _materialize_smollm2() -> str:
     return str(out_dir)
 
 
-#: Where the shipped logic-text backbones live inside the package (anchored_reasoning.train.backbone,
-#: anchored_reasoning.train.diffusion_backbone).
+#: Where the shipped logic-text backbones live inside the package (built by research/backbones/: backbone.py,
+#: diffusion_backbone.py, from a checkout).
 ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
 LOGIC_BACKBONE_DIR = ASSETS_DIR / "logic-gpt2"
 LOGIC_SHIFT_DIR = ASSETS_DIR / "logic-gpt2-shift"
@@ -160,7 +160,7 @@ def _shipped(folder: Path, rebuild: str) -> Callable[[], str]:
     return materialize
 
 
-_materialize_logic_backbone = _shipped(LOGIC_BACKBONE_DIR, "python -m anchored_reasoning.train.backbone")
+_materialize_logic_backbone = _shipped(LOGIC_BACKBONE_DIR, "python -m research.backbones.backbone")
 
 
 def _ar_init_start(arch: str) -> Callable[[], str]:
@@ -212,7 +212,7 @@ ALIASES: dict[str, ModelAlias] = {
         "logic-gpt2 as a shift-gpt2 (each input embedding adds the 3 previous tokens' projections; 0.97M "
         "parameters), pretrained further on whole problems: it looks facts up (zero-shot 1-hop ProsQA 0.90), "
         "shipped in the package",
-        _shipped(LOGIC_SHIFT_DIR, "python -m anchored_reasoning.train.backbone --token-shift 3 --corpus questions "
+        _shipped(LOGIC_SHIFT_DIR, "python -m research.backbones.backbone --token-shift 3 --corpus questions "
                                   "--init-from anchored_reasoning/assets/logic-gpt2"),
     ),
     "logic-gpt2-search": ModelAlias(
@@ -220,7 +220,7 @@ ALIASES: dict[str, ModelAlias] = {
         "logic-gpt2-shift pretrained further on ProsQA written as a depth-first search from the asked entity "
         "(the dfs trace), ProntoQA and lookup drills: it writes the search zero-shot; shipped in the package, "
         "the demo's default",
-        _shipped(LOGIC_SEARCH_DIR, "python -m anchored_reasoning.train.backbone --corpus search --minutes 30 --seed 5 "
+        _shipped(LOGIC_SEARCH_DIR, "python -m research.backbones.backbone --corpus search --minutes 30 --seed 5 "
                                    "--init-from anchored_reasoning/assets/logic-gpt2-shift --out runs/search1, then "
                                    "--corpus search --minutes 40 --seed 6 --init-from runs/search1 --out {out}"),
     ),
@@ -229,7 +229,7 @@ ALIASES: dict[str, ModelAlias] = {
         f"{name[6:].upper()} (4 x 128{', + 2-block denoiser' if name == 'logic-adlm' else ''}; started from logic-gpt2's weights) "
         "pretrained with the masked-diffusion loss on logic-gpt2's corpus and tokenizer, shipped in the package; "
         "the start of diffusion SFT on logic",
-        _shipped(folder, f"python -m anchored_reasoning.train.diffusion_backbone --arch {name[6:]}"),
+        _shipped(folder, f"python -m research.backbones.diffusion_backbone --arch {name[6:]}"),
     ) for name, folder in LOGIC_DIFFUSION_DIRS.items()},
     **{f"logic-{arch}-shift": ModelAlias(
         f"logic-{arch}-shift",

@@ -1,6 +1,6 @@
 """What joined a backbone's reasoning steps when it was pretrained, and a warning when a fine-tuning
 recipe joins them otherwise. The shipped logic backbones (AR and diffusion) were pretrained on documents
-whose steps are joined by a space (``train.backbone.STEP_SEPARATOR``) and record it in ``backbone.json``;
+whose steps are joined by a space (``train.logic_text.STEP_SEPARATOR``) and record it in ``backbone.json``;
 the trained methods join steps by a newline unless ``method.options.step_separator`` says otherwise. Both
 trainers (``ar``, ``diffusion``) call :func:`separator_warning` before building the model."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from anchored_reasoning.types import Example
 
 def backbone_step_separator(model_name: str) -> str | None:
     """What joined the reasoning steps of ``model_name``'s pretraining documents, as its ``backbone.json``
-    records it (the shipped logic backbones: a space; ``train.backbone.STEP_SEPARATOR``), or None where the
+    records it (the shipped logic backbones: a space; ``train.logic_text.STEP_SEPARATOR``), or None where the
     model is not a local folder or its card does not say."""
     from anchored_reasoning.models.zoo import resolve_model
 

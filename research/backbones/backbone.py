@@ -1,6 +1,10 @@
 """Pretrain a small GPT-2-class backbone on generated logic text (the ``logic-gpt2`` model).
 
-    python -m anchored_reasoning.train.backbone --out anchored_reasoning/assets/logic-gpt2 --minutes 35
+    python -m research.backbones.backbone --out anchored_reasoning/assets/logic-gpt2 --minutes 35
+
+(Archived here from ``anchored_reasoning.train.backbone``, the module path the shipped assets' ``backbone.json``
+record; the exact command behind each asset is in ``research/backbones/README.md``. The document format,
+:data:`STEP_SEPARATOR` and the readers stay in the library: ``anchored_reasoning.train.logic_text``.)
 
 The paper fine-tunes *pretrained* GPT-2 (124M) with every method. On a 2-core CPU a model
 trained from scratch for a few minutes never gets past the answer format (CALIBRATION.md), so
@@ -37,14 +41,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from anchored_reasoning.errors import DataError
+from anchored_reasoning.train.logic_text import STEP_SEPARATOR, TRACED_KINDS, document, encode, qa_document
 
 #: The shipped backbone's architecture (4 layers: depth matters for latent multi-hop search,
 #: width 128 keeps a training step cheap on a CPU).
 BACKBONE_CONFIG = {"n_layer": 4, "n_embd": 128, "n_head": 4, "n_positions": 512,
                    "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-#: What joins a derivation's steps in every pretraining document; ``backbone.json`` records it so a fine-tune
-#: can write its steps the way the backbone read them (``train.ar`` warns where the method's default differs).
-STEP_SEPARATOR = " "
 
 #: Corpus mixture: (task, generator size, share of the documents).
 MIXTURE: list[tuple[str, dict[str, Any], float]] = [
@@ -115,46 +117,12 @@ SEARCH_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
     ("drill", {}, 0.10),
 ]
 
-#: Document kinds of ProsQA problems whose derivation is rewritten, by the trace order
-#: (:mod:`anchored_reasoning.generators.traces`) that writes it.
-TRACED_KINDS = {"prosqa_back": "options_backward", "prosqa_dfs": "dfs"}
 #: Document kinds drawn from the ProsQA generator (the drills restate a problem's facts).
 PROSQA_KINDS = ("drill", "rdrill", *TRACED_KINDS)
 
 #: The question-aware mixtures by name, each with its generator-seed offset (``seed * 100 + offset + i``).
 QA_MIXTURES: dict[str, tuple[list[tuple[str, dict[str, Any], float]], int]] = {
     "questions": (QA_MIXTURE, 50), "backward": (BACKWARD_MIXTURE, 70), "search": (SEARCH_MIXTURE, 90)}
-
-
-def qa_document(example, task: str, rng: random.Random | None = None) -> str:
-    """Facts + question, newline, derivation, `` ### `` answer (task ``drill``: facts, newline, 6 facts
-    of the problem restated in random order -- each a lookup of the object from the subject; ``rdrill``:
-    the same headed by their objects, ``"<object>: <fact>"`` -- each a lookup of the subject from the object;
-    ``prosqa_back``: the derivation is the ``options_backward`` trace; ``prosqa_dfs``: the ``dfs`` trace)."""
-    if task in ("drill", "rdrill"):
-        from anchored_reasoning.generators.traces import proof_sentences
-
-        head = facts_of(example.question, "prosqa")
-        facts = proof_sentences(head)
-        pick = (rng or random.Random(0)).sample(facts, min(6, len(facts)))
-        if task == "rdrill":
-            pick = [f"{f[:-1].split()[-1]}: {f}" for f in pick]
-        return f"{head}\n{' '.join(pick)}"
-    if task in TRACED_KINDS:
-        from anchored_reasoning.generators.traces import apply_trace
-
-        (example,) = apply_trace([example], "prosqa", TRACED_KINDS[task])
-    steps = STEP_SEPARATOR.join(s.strip() for s in (example.steps or []))
-    return f"{example.question.strip()}\n{steps} ### {example.answer.strip()}"
-
-
-def document_answer(text: str) -> str:
-    """The answer a continuation in :func:`qa_document`'s format gives: the last word of the line after
-    `` ### `` (``lempus`` in ``... ### Tom is a lempus.``, ``True`` for ProntoQA), or '' with no ``###``."""
-    if "###" not in text:
-        return ""
-    words = text.split("###", 1)[1].strip().split("\n")[0].rstrip(".").split()
-    return words[-1] if words else ""
 
 
 def init_from_record(init_from: str | Path | None) -> str | None:
@@ -193,22 +161,6 @@ def qa_corpus(n_docs: int, seed: int = 0, mixture: str = "questions") -> list[tu
                 continue
     rng.shuffle(out)
     return out[:n_docs]
-
-
-def facts_of(question: str, task: str) -> str:
-    """The question without its final query sentence."""
-    marker = " Is " if task == "prosqa" else " True or false:"
-    cut = question.rfind(marker)
-    return question[:cut].strip() if cut > 0 else question.strip()
-
-
-def document(example, task: str) -> str:
-    """One logic-text document: facts, newline, derivation (no question, no answer marker)."""
-    steps = STEP_SEPARATOR.join(s.strip() for s in (example.steps or []))
-    tail = steps
-    if task == "prosqa" and example.answer and example.answer not in steps:
-        tail = f"{steps} {example.answer}".strip()
-    return f"{facts_of(example.question, task)}\n{tail}"
 
 
 def logic_corpus(n_docs: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -262,13 +214,6 @@ def _collate(docs: list[tuple[list[int], int]], pad_id: int, loss_on: str = "der
     return ids, mask, labels
 
 
-def encode(tokenizer, doc: str) -> tuple[list[int], int]:
-    """Token ids of a document (+ EOS) and the length of its facts part (up to and including the newline)."""
-    facts, derivation = doc.split("\n", 1)
-    head = tokenizer(facts + "\n")["input_ids"]
-    return head + tokenizer(derivation)["input_ids"] + [tokenizer.eos_token_id], len(head)
-
-
 def derivation_loss(model, tokenizer, docs: list[str], batch_size: int = 32) -> float:
     """Mean next-token loss on the derivation part (after the newline) of held-out documents."""
     import torch
@@ -304,7 +249,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     ``corpus_kind="questions"`` trains on :func:`qa_corpus` (whole problems, question kept).
     ``token_shift=N`` makes (or converts ``init_from`` into, with an identical start) a ``shift-gpt2``
     (:mod:`anchored_reasoning.models.shift`): each input embedding adds the N previous tokens'
-    projections, which lets the 1M backbone learn fact lookup at all (``benchmarks/assoc_recall.py``).
+    projections, which lets the 1M backbone learn fact lookup at all (``research/binding/assoc_recall.py``).
     """
     if loss_on not in ("derivation", "all"):
         raise ValueError(f"loss_on must be 'derivation' or 'all', got {loss_on!r}")
@@ -393,7 +338,7 @@ def pretrain(out: Path, *, minutes: float = 35.0, n_docs: int = 120_000, seed: i
     tokenizer.save_pretrained(out)
     summary = {
         "what": "GPT-2-class backbone pretrained with next-token loss on generated logic text "
-                "(anchored_reasoning.train.backbone)",
+                "(research.backbones.backbone)",
         "config": cfg,
         "parameters": sum(p.numel() for p in model.parameters()),
         "corpus": {"kind": corpus_kind, "documents": len(enc), "dropped_too_long": too_long,

@@ -1,12 +1,12 @@
 """Pretrain the logic *diffusion* backbones ``logic-mdlm`` and ``logic-adlm``.
 
-    python -m anchored_reasoning.train.diffusion_backbone --arch mdlm --init ar --out anchored_reasoning/assets/logic-mdlm \\
+    python -m research.backbones.diffusion_backbone --arch mdlm --init ar --out anchored_reasoning/assets/logic-mdlm \\
         --max-steps 1500 --threads 1
-    python -m anchored_reasoning.train.diffusion_backbone --arch adlm --init ar --out anchored_reasoning/assets/logic-adlm \\
+    python -m research.backbones.diffusion_backbone --arch adlm --init ar --out anchored_reasoning/assets/logic-adlm \\
         --max-steps 1500 --threads 1
-    python -m anchored_reasoning.train.diffusion_backbone --check logic-gpt2        # does a backbone read the facts?
+    python -m research.backbones.diffusion_backbone --check logic-gpt2        # does a backbone read the facts?
 
-The diffusion counterparts of ``logic-gpt2`` (:mod:`anchored_reasoning.train.backbone`): the same
+The diffusion counterparts of ``logic-gpt2`` (:mod:`research.backbones.backbone`): the same
 corpus (generated logic text: a problem's facts, a newline, a derivation that follows them; no
 question, no answer marker), the same tokenizer (``logic-gpt2``'s, which already has ``<mask>``
 and the methods' special tokens), the same width and depth (the ``small`` preset: 4 blocks of 128,
@@ -24,7 +24,8 @@ positions have no counterpart (our blocks use rotary positions), so the start is
 attention is bidirectional and the positions are new.
 
 Writes ``save_pretrained`` weights, the tokenizer and ``backbone.json`` (command, corpus, steps,
-tokens, timing, held-out derivation NELBO per task).
+tokens, timing, held-out derivation NELBO per task). Archived here from ``anchored_reasoning.train.diffusion_backbone``,
+the module path the shipped cards record (``research/backbones/README.md``).
 """
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ def derivation_check(model, tokenizer, n: int = 64, seed: int = 777, gen_length:
     import torch
 
     from anchored_reasoning import generators
-    from anchored_reasoning.train.backbone import facts_of
+    from anchored_reasoning.train.logic_text import facts_of
 
     examples = generators.generate_dataset("prosqa", n, seed=seed, split="derivation-check", **CHECK_SIZE)
     was_training = model.training
@@ -154,9 +155,10 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     import torch
     from datasets import Dataset
 
-    from anchored_reasoning.train.backbone import STEP_SEPARATOR, logic_corpus, qa_corpus
     from anchored_reasoning.train.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
+    from anchored_reasoning.train.logic_text import STEP_SEPARATOR
+    from research.backbones.backbone import logic_corpus, qa_corpus
 
     if threads:
         torch.set_num_threads(threads)
@@ -189,12 +191,12 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     steps = trainer.state.global_step
     summary = {
         "what": f"{arch.upper()} pretrained with the masked-diffusion loss on the derivations of generated logic text "
-                "(anchored_reasoning.train.diffusion_backbone); logic-gpt2's corpus, tokenizer and shape",
-        "command": "python -m anchored_reasoning.train.diffusion_backbone " + " ".join(sys.argv[1:]),
+                "(research.backbones.diffusion_backbone); logic-gpt2's corpus, tokenizer and shape",
+        "command": "python -m research.backbones.diffusion_backbone " + " ".join(sys.argv[1:]),
         "arch": arch, "init": init, "init_from": str(init_from) if init_from is not None else ("logic-gpt2" if init == "ar" else None),
         "ar_tensors_copied": copied, "preset": PRESET, "config": cfg.to_diff_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "corpus": {"generator": f"anchored_reasoning.train.backbone.{make.__name__}", "documents": len(train_rows),
+        "corpus": {"generator": f"research.backbones.backbone.{make.__name__}", "documents": len(train_rows),
                    "dropped_too_long": dropped, "seed": seed},
         "step_separator": STEP_SEPARATOR,  # what joined each document's steps (read by train.separator)
         "steps": steps, "epochs": steps * batch_size / max(1, len(train_rows)), "batch_size": batch_size, "lr": lr,
