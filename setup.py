@@ -1,30 +1,21 @@
-"""Build hook: ship the top-level recipe folders (tasks/, train/, eval/) inside the wheel.
+"""Packaging: the repository's top-level YAML folders are installed as package data, without a copy.
 
-The YAML files live at the repository root so users can read and copy them; the wheel
-carries a copy under ``anchored_reasoning/_builtin/`` so an installed package still finds
-the built-in tasks, recipes and suites (see ``anchored_reasoning/resources.py``).
+``tasks/``, ``train/`` and ``eval/`` stay at the repository root, where users read and copy them;
+``package_dir`` maps them to the data-only packages ``anchored_reasoning._builtin.{tasks,train,eval}``, so
+the wheel carries the very files of the checkout (no build step copies them; nothing can drift).
+``anchored_reasoning/resources.py`` finds them in a checkout or in the installed package.
 """
-import shutil
-from pathlib import Path
-
-from setuptools import setup
-from setuptools.command.build_py import build_py
+from setuptools import find_packages, setup
 
 RECIPE_DIRS = ("tasks", "train", "eval")
+BUILTIN = "anchored_reasoning._builtin"
 
-
-class BuildPyWithRecipes(build_py):
-    def run(self):
-        super().run()
-        root = Path(__file__).parent
-        for name in RECIPE_DIRS:
-            src = root / name
-            if not src.is_dir():
-                continue
-            dst = Path(self.build_lib) / "anchored_reasoning" / "_builtin" / name
-            if dst.exists():
-                shutil.rmtree(dst)
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-
-
-setup(cmdclass={"build_py": BuildPyWithRecipes})
+setup(
+    packages=find_packages(include=["anchored_reasoning", "anchored_reasoning.*"]) + [f"{BUILTIN}.{d}" for d in RECIPE_DIRS],
+    package_dir={f"{BUILTIN}.{d}": d for d in RECIPE_DIRS},
+    package_data={
+        "anchored_reasoning": ["assets/**/*"],
+        **{f"{BUILTIN}.{d}": ["*.yaml", "*.yml", "*.md", "accelerate/*.yaml"] for d in RECIPE_DIRS},
+    },
+    include_package_data=False,
+)

@@ -1,7 +1,8 @@
 """Where the built-in YAML folders (tasks/, train/, eval/) are found.
 
 In a source checkout (editable install) they are the top-level folders of the repository;
-in an installed wheel they are the copies under ``anchored_reasoning/_builtin/``.
+in an installed wheel the same files are package data under ``anchored_reasoning/_builtin/`` (setup.py
+maps the folders there; nothing copies them).
 ``ANCHORED_REASONING_<NAME>_DIR`` (e.g. ``ANCHORED_REASONING_TASKS_DIR``) adds a user folder
 that is searched first.
 """
