@@ -19,3 +19,8 @@ class BackendError(AnchoredReasoningError):
 
 class ResumeError(AnchoredReasoningError):
     """An output directory holds a run whose settings differ from the ones asked for."""
+
+
+class UnisolatedCodeError(ConfigError):
+    """Model-written code would run without isolation (no namespaces, or as root with no way to drop to an
+    unprivileged uid); the code sandbox refuses unless the user opts in (see docs/sandbox.md)."""

@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
         quiet_console()
         args.no_progress = True
+    if getattr(args, "confirm_run_unsafe_code", False):  # read by the code sandbox (docs/sandbox.md)
+        os.environ["ANCHORED_REASONING_ALLOW_UNISOLATED_CODE"] = "1"
     if args.suite:
         if importlib.util.find_spec("anchored_reasoning.eval.suites") is None:
             raise ConfigError(f"eval suites are not available in this installation (asked for {args.suite})")
@@ -112,6 +114,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output directory (rerun with the same one to resume)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--quiet", action="store_true", help="no progress bars and only warnings on the console")
+    p.add_argument("--confirm-run-unsafe-code", action="store_true",
+                   help="code tasks: run model-written programs even where the sandbox cannot isolate them (no "
+                        "namespaces; root with no unprivileged uid). Without it such runs are refused.")
 
 
 def register(subparsers: Any) -> None:

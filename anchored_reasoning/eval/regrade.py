@@ -93,6 +93,10 @@ def regrade_run(
     except ValueError as exc:
         raise ConfigError(f"{run / CONFIG} is not valid JSON: {exc}") from exc
     task = _resolve_task(task if task is not None else config.get("task"))
+    if getattr(task, "is_code", False):  # refuse unisolated code execution (never graded wrong instead)
+        from anchored_reasoning.tasks.code_exec import preflight
+
+        preflight()
     folder = data_dir
     if folder is None and config.get("data_dir") and Path(config["data_dir"]).is_dir():
         folder = config["data_dir"]  # the run's own data, when this machine has it

@@ -294,6 +294,10 @@ def run_eval(
     ids = [str(e.id) for e in examples]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"task {getattr(task, 'name', task)!r} split {split!r} has repeated example ids")
+    if getattr(task, "is_code", False):  # refuse unisolated code execution before generating anything
+        from anchored_reasoning.tasks.code_exec import preflight
+
+        preflight()
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -51,16 +51,20 @@ hands them here.
 from __future__ import annotations
 
 from anchored_reasoning.sandbox.config import LAYERS, ExecResult, SandboxConfig
-from anchored_reasoning.sandbox.layers import detect_layer, sandbox_info
-from anchored_reasoning.sandbox.pool import SandboxPool, default_workers, run_program, run_programs, shutdown
+from anchored_reasoning.sandbox.layers import detect_layer
+from anchored_reasoning.sandbox.policy import ALLOW_ENV, assess, sandbox_info
+from anchored_reasoning.sandbox.pool import SandboxPool, default_workers, preflight, run_program, run_programs, shutdown
 
 __all__ = [
+    "ALLOW_ENV",
     "LAYERS",
     "ExecResult",
     "SandboxConfig",
+    "assess",
     "SandboxPool",
     "default_workers",
     "detect_layer",
+    "preflight",
     "run_program",
     "run_programs",
     "sandbox_info",

@@ -13,9 +13,8 @@ from typing import Any
 from anchored_reasoning.errors import ConfigError
 
 LAYERS = ("bwrap", "unshare", "plain")
-# Where the work dir appears inside the namespaced layers (bwrap also gets a private, size-capped /tmp).
-BWRAP_WORKDIR = "/sandbox"
-UNSHARE_WORKDIR = "/tmp"
+# Where the work dir appears inside the namespaced layers (both also get a private, size-capped /tmp).
+SANDBOX_WORKDIR = "/sandbox"
 PROGRAM_NAME = "program.py"
 # Fresh uids for dropped privileges are drawn from [UID_BASE, UID_BASE + UID_SPAN): far above
 # any real account, so RLIMIT_NPROC counts only this run's processes and kill() reaches nothing else.
@@ -39,6 +38,9 @@ class SandboxConfig:
     ``isolation``: "auto" (strongest available; ``$ANCHORED_REASONING_SANDBOX`` may override),
     or one of "bwrap", "unshare", "plain" (ConfigError if unavailable).
     ``drop_privileges``: when running as root, run the program as a fresh unprivileged uid.
+    ``allow_unisolated``: run programs even where they cannot be isolated (no namespaces, or root with no
+    way to drop to an unprivileged uid). False by default: such runs are refused with UnisolatedCodeError
+    before any program starts, unless this is set or ``$ANCHORED_REASONING_ALLOW_UNISOLATED_CODE=1``.
     ``network_guard``: also install an in-interpreter audit hook refusing socket connect/bind
     (the only network barrier in the ``plain`` layer; defence in depth elsewhere).
     ``site_packages``: let the program import installed third-party packages (numpy, ...): their
@@ -58,6 +60,7 @@ class SandboxConfig:
     max_output_bytes: int = 1 << 20
     isolation: str = "auto"
     drop_privileges: bool = True
+    allow_unisolated: bool = False
     network_guard: bool = True
     site_packages: bool = True
     python: str | None = None

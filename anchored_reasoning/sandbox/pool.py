@@ -10,9 +10,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.errors import ConfigError, UnisolatedCodeError
 from anchored_reasoning.sandbox.config import ExecResult, SandboxConfig
-from anchored_reasoning.sandbox.layers import detect_layer, interpreter
+from anchored_reasoning.sandbox.layers import interpreter
+from anchored_reasoning.sandbox.policy import require_isolation, sandbox_info
 from anchored_reasoning.sandbox.worker import Worker
 
 
@@ -21,6 +22,7 @@ class SandboxPool:
     per worker, and each program still runs in its own freshly forked process, as its own fresh uid.
 
     Thread-safe; ``run`` blocks only on the program itself. Use as a context manager or ``close()``.
+    ``run`` refuses (UnisolatedCodeError) where the pool's layer cannot isolate programs, unless opted in.
     """
 
     def __init__(self, layer: str, python: str, site_packages: bool = True, work_root: str | None = None,
@@ -34,6 +36,7 @@ class SandboxPool:
         self._pid = os.getpid()  # a forked child must not drive (or kill) its parent's workers
 
     def run(self, source: str, cfg: SandboxConfig) -> ExecResult:
+        require_isolation(dataclasses.replace(cfg, isolation=self.layer, python=self.python, work_root=self.work_root))
         with self._lock:
             if self._closed:
                 raise ConfigError("this SandboxPool is closed; create a new one")
@@ -78,7 +81,7 @@ _POOLS_LOCK = threading.Lock()
 
 def _pool_for(cfg: SandboxConfig) -> SandboxPool:
     python = interpreter(cfg)
-    layer = detect_layer(cfg.isolation, python)
+    layer = require_isolation(cfg).layer  # fail closed: before any program of this config runs
     key = (os.getpid(), layer, python, cfg.site_packages, cfg.work_root)
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
@@ -131,3 +134,29 @@ def run_programs(sources: Sequence[str], config: SandboxConfig | None = None, *,
         return [pool.run(s, cfg) for s in sources]
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="ar-sandbox") as executor:
         return list(executor.map(lambda s: pool.run(s, cfg), sources))
+
+
+# Needs a stdlib module that is not preloaded (read from the interpreter's directory as the program's uid).
+_CANARY = "import os, fractions\nprint(os.geteuid(), fractions.Fraction(1, 2))\n"
+
+
+def preflight(config: SandboxConfig | None = None) -> dict[str, Any]:
+    """Check, before a job produces any model-written code, that its programs will run isolated here.
+
+    Raises UnisolatedCodeError (what is missing, every layer tried, how to opt in) when they would not be
+    and the user has not opted in; then runs one known program in the sandbox and raises ConfigError if
+    it does not work (e.g. the fresh uid cannot read the interpreter) and UnisolatedCodeError if it ran as
+    root where a fresh uid was promised. Returns :func:`sandbox_info`.
+    Entry points that grade by execution (evaluation of a code task, GRPO with code rewards) call this.
+    """
+    cfg = config or SandboxConfig()
+    iso = require_isolation(cfg)
+    result = run_program(_CANARY, cfg)
+    if result.status != "ok" or not result.stdout.strip().endswith("1/2"):
+        raise ConfigError(f"code sandbox: a trivial program failed on the {iso.layer!r} layer (status "
+                          f"{result.status!r}); programs could not be graded. Its output: "
+                          f"{(result.stdout + result.stderr).strip()[-1500:]!r}")
+    if iso.fresh_uid and result.stdout.split()[0] == "0":
+        raise UnisolatedCodeError(f"code sandbox: a program ran as root on the {iso.layer!r} layer although it "
+                                  "should have run as a fresh unprivileged uid; refusing to grade code")
+    return sandbox_info(cfg)

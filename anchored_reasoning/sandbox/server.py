@@ -5,7 +5,7 @@
 exec'ing the server. Kept as strings: they run in another interpreter, never in the caller's.
 
 Protocol on the control socket: the parent sends a length-prefixed (``!I``) JSON request (run id,
-work dir, uid, rlimits, nonce, network guard, environment, module name) and, as SCM_RIGHTS with its
+work dir, uid, whether to clear capabilities, rlimits, nonce, network guard, environment, module name) and, as SCM_RIGHTS with its
 first bytes, the program's stdout, stderr and status pipes; the server forks a child for the program,
 waits for it, cleans up and answers with a length-prefixed ``{"rc": <exit code>}``.
 """
@@ -44,17 +44,24 @@ def _no_new_privs():
 
 def _clear_capabilities():
     # setuid() to a non-root uid already emptied the permitted and effective sets; also empty the
-    # inheritable one (bwrap --cap-add fills it) so no exec can ever pick a capability up again.
+    # inheritable one (bwrap --cap-add fills it) so no exec can ever pick a capability up again. A program
+    # that stays uid 0 of a user namespace (unshare as a normal user) loses its bounding set and every
+    # capability here: it cannot remount the read-only binds or undo the namespaces.
     try:
         import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (fails harmlessly without CAP_SETPCAP)
         class Header(ctypes.Structure):
             _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
         class Data(ctypes.Structure):
             _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
                         ("inheritable", ctypes.c_uint32)]
-        ctypes.CDLL(None, use_errno=True).capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)())
+        if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
+            raise OSError(ctypes.get_errno(), "capset failed")
     except Exception:
-        pass
+        if os.geteuid() == 0:
+            raise
 
 def _child(req, fds):
     import resource
@@ -72,6 +79,7 @@ def _child(req, fds):
     uid = req["uid"]
     if uid is not None:
         os.setgroups([]); os.setgid(uid); os.setuid(uid)
+    if uid is not None or req["clear_caps"]:
         _clear_capabilities()
     _no_new_privs()
     os.umask(0o077)
@@ -168,7 +176,8 @@ def _sweep(uid):
             except ChildProcessError:
                 pass
 
-def _scrub(dirs):
+def _scrub(dirs, keep):
+    # keep: per dir, the entries that lead to a mount point (left alone, as is any other mount point).
     import shutil
     for d in dirs:
         try:
@@ -177,6 +186,8 @@ def _scrub(dirs):
             continue
         for name in entries:
             p = os.path.join(d, name)
+            if name in keep.get(d, ()) or os.path.ismount(p):
+                continue
             try:
                 if os.path.isdir(p) and not os.path.islink(p):
                     shutil.rmtree(p, ignore_errors=True)
@@ -193,6 +204,13 @@ except Exception:
 ctl = socket.socket(fileno=int(sys.argv[1]))
 sys.path.extend(p for p in sys.argv[2].split(os.pathsep) if p)
 scratch = [p for p in os.environ.get("AR_SCRATCH", "").split(os.pathsep) if p]
+try:  # never scrubbed: entries of a scratch dir that are, or lead to, a mount (a virtualenv bound under /tmp)
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split()[4].replace("\\040", " ") for line in f]
+except OSError:
+    mounts = []
+keep = {d: {m[len(d.rstrip("/")) + 1:].split("/")[0] for m in mounts if m.startswith(d.rstrip("/") + "/")}
+        for d in scratch}
 while True:
     # The pipes travel as SCM_RIGHTS with the first bytes of the request: read those with recv_fds.
     data, fds, _flags, _addr = socket.recv_fds(ctl, 1 << 16, 3)
@@ -227,37 +245,56 @@ while True:
     _, status = os.waitpid(pid, 0)
     _sweep(req["uid"])
     _reap()
-    _scrub(scratch)
+    _scrub(scratch, keep)
     rc = os.waitstatus_to_exitcode(status)
     reply = json.dumps({"rc": rc}).encode()
     ctl.sendall(struct.pack("!I", len(reply)) + reply)
 '''
 
 
-# Runs as root inside the unshare layer's fresh mount namespace, then execs the interpreter.
-# $1 work dir, $2 directory to hide ("" for none), $3 ':'-separated Python dirs to re-expose.
-# Exports AR_SCRATCH: the private directories the worker server empties after every run.
+# Runs as (namespace) root inside the unshare layer's fresh mount namespace, then execs the server. Builds the
+# sandbox's own root, as bwrap does: a tmpfs at $2 holding the read-only binds (the system dirs and the
+# interpreter's dirs, each at its own path, under parents created 0755, so a fresh uid reaches an interpreter
+# kept in a 0700 /root, and a virtualenv under /tmp stays visible above the private /tmp), the work dir $1 at
+# /sandbox, a private size-capped /tmp ($3 MiB), /dev/shm, /proc and a minimal /dev; then pivots into it and
+# drops the host's root. Any failure (a bind that cannot be made read-only, ...) ends the script: the layer
+# is then unusable, never half set up.
+# argv: work_dir root_dir tmp_mb ro_path... -- command...   Exports AR_SCRATCH (the dirs emptied after each run).
 UNSHARE_SETUP = r'''
 set -e
-w="$1"; hide="$2"; pydirs="$3"; shift 3
+umask 022
+w="$1"; r="$2"; tmp_mb="$3"; shift 3
 mount --make-rprivate /
-mount --bind "$w" /tmp
-AR_SCRATCH=/tmp
-for d in /dev/shm /var/tmp /run/lock; do
-  if [ -d "$d" ] && mount -t tmpfs -o size=1m,mode=1777 tmpfs "$d" 2>/dev/null; then AR_SCRATCH="$AR_SCRATCH:$d"; fi
+mount -t tmpfs -o mode=0755,size=1m tmpfs "$r"
+mkdir "$r/tmp" "$r/sandbox" "$r/proc" "$r/dev"
+mount -t tmpfs -o "mode=1777,size=${tmp_mb}m" tmpfs "$r/tmp"
+mount --bind "$w" "$r/sandbox"
+mount --rbind /proc "$r/proc"
+mount -t tmpfs -o mode=0755,size=1m tmpfs "$r/dev"
+for n in null zero full random urandom tty; do
+  : > "$r/dev/$n"; mount --bind "/dev/$n" "$r/dev/$n"
 done
-export AR_SCRATCH
-if [ -n "$hide" ]; then
-  IFS=:; i=0
-  for d in $pydirs; do mkdir -p "/tmp/.ar_stage$i"; mount --rbind "$d" "/tmp/.ar_stage$i"; i=$((i+1)); done
-  mount -t tmpfs -o mode=0755 tmpfs "$hide"
-  i=0
-  for d in $pydirs; do
-    mkdir -p "$d"; mount --move "/tmp/.ar_stage$i" "$d"; rmdir "/tmp/.ar_stage$i"
-    mount -o remount,bind,ro "$d" 2>/dev/null || true; i=$((i+1))
-  done
-  unset IFS
-fi
-cd /tmp
+ln -s /proc/self/fd "$r/dev/fd"; ln -s /proc/self/fd/0 "$r/dev/stdin"
+ln -s /proc/self/fd/1 "$r/dev/stdout"; ln -s /proc/self/fd/2 "$r/dev/stderr"
+mkdir "$r/dev/shm"
+mount -t tmpfs -o size=1m,mode=1777 tmpfs "$r/dev/shm"
+mount -o remount,bind,ro "$r/dev"
+while [ "$1" != "--" ]; do
+  d="$1"; shift
+  if [ -L "$d" ]; then
+    mkdir -p "$r${d%/*}"; ln -s "$(readlink "$d")" "$r$d"
+  elif [ -e "$d" ]; then
+    if [ -d "$d" ]; then mkdir -p "$r$d"; else mkdir -p "$r${d%/*}"; : > "$r$d"; fi
+    mount --bind "$d" "$r$d" 2>/dev/null || mount --rbind "$d" "$r$d"
+    mount -o remount,bind,ro,nosuid,nodev "$r$d"
+  fi
+done
+shift
+mount -o remount,bind,ro "$r"
+cd "$r"
+pivot_root . .
+umount -l .
+cd /sandbox
+export AR_SCRATCH=/sandbox:/tmp:/dev/shm
 exec "$@"
 '''

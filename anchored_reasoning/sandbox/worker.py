@@ -20,27 +20,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from anchored_reasoning.sandbox.config import (
-    BWRAP_WORKDIR,
+    SANDBOX_WORKDIR,
     PROGRAM_NAME,
     STARTUP_ALLOWANCE_S,
     UID_BASE,
     UID_SPAN,
-    UNSHARE_WORKDIR,
     ExecResult,
     SandboxConfig,
 )
 from anchored_reasoning.sandbox.layers import (
+    WORKER_PATH,
     bwrap_base,
     is_root,
     program_env,
     program_rlimits,
     python_dirs,
     python_layout,
-    unshare_base,
-    untraversable_ancestor,
+    unshare_command,
     will_drop,
 )
-from anchored_reasoning.sandbox.server import SERVER, UNSHARE_SETUP
+from anchored_reasoning.sandbox.server import SERVER
 
 
 def _kill_group(pgid: int) -> None:
@@ -141,6 +140,7 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.ctl: socket.socket | None = None
         self.host_dir = ""
+        self.root_dir = ""  # unshare: the mount point of the sandbox's own root (empty on the host)
         self.inner_dir = ""
         self.log_path = ""
 
@@ -150,25 +150,21 @@ class Worker:
         server = [self.python, "-I", "-S", "-c", SERVER, str(ctl_fd), site_dirs]
         if self.layer == "bwrap":
             return (bwrap_base(python_dirs(self.python), self.tmp_mb << 20)
-                    + ["--bind", self.host_dir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR,
-                       "--setenv", "AR_SCRATCH", f"{BWRAP_WORKDIR}:/tmp", "--"] + server)
+                    + ["--bind", self.host_dir, SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR,
+                       "--setenv", "AR_SCRATCH", f"{SANDBOX_WORKDIR}:/tmp", "--"] + server)
         if self.layer == "unshare":
-            hide = untraversable_ancestor(python_dirs(self.python)) if is_root() else None
-            if hide == "<multiple>":
-                hide = None
-            pydirs = ":".join(python_dirs(self.python)) if hide else ""
-            return (unshare_base() + ["--", "/bin/sh", "-c", UNSHARE_SETUP, "sh", self.host_dir,
-                                       hide or "", pydirs] + server)
+            return unshare_command(python_dirs(self.python), self.host_dir, self.root_dir, self.tmp_mb, server)
         return server
 
     def start(self) -> None:
         self.host_dir = tempfile.mkdtemp(prefix="ar-sandbox-", dir=self.work_root)
-        # Under unshare this dir IS the sandbox's /tmp, so it gets /tmp's mode (sticky, world-writable).
-        os.chmod(self.host_dir, 0o1777 if self.layer == "unshare" else 0o755)
-        self.inner_dir = {"bwrap": BWRAP_WORKDIR, "unshare": UNSHARE_WORKDIR}.get(self.layer, self.host_dir)
+        os.chmod(self.host_dir, 0o755)
+        if self.layer == "unshare":
+            self.root_dir = tempfile.mkdtemp(prefix="ar-sandbox-root-", dir=self.work_root)
+        self.inner_dir = SANDBOX_WORKDIR if self.layer in ("bwrap", "unshare") else self.host_dir
         fd, self.log_path = tempfile.mkstemp(prefix="ar-sandbox-worker-", suffix=".log")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        env = {"PATH": WORKER_PATH, "LANG": "C.UTF-8"}
         if self.layer == "plain":
             env["AR_SCRATCH"] = self.host_dir
         try:
@@ -205,9 +201,10 @@ class Worker:
         if self.ctl is not None:
             self.ctl.close()
             self.ctl = None
-        if self.host_dir:
-            _rmtree(self.host_dir)
-            self.host_dir = ""
+        for attr in ("host_dir", "root_dir"):
+            if getattr(self, attr):
+                _rmtree(getattr(self, attr))
+                setattr(self, attr, "")
         if self.log_path:
             try:
                 os.unlink(self.log_path)
@@ -241,6 +238,8 @@ class Worker:
             os.chown(run_host, uid, uid)
         request = json.dumps({
             "run": run_id, "dir": run_inner, "uid": uid, "limits": program_rlimits(cfg, dropped),
+            # unshare as a normal user: the program is uid 0 of the user namespace; it keeps no capability
+            "clear_caps": self.layer != "plain" and not is_root(),
             "nonce": nonce, "guard": cfg.network_guard, "env": program_env(run_inner, run_id), "name": cfg.module_name,
         }).encode()
 

@@ -26,6 +26,12 @@ The program passes only when the sandbox confirms it ran to its very end (after
 ``Grade.details``: ``status`` ("passed", "failed", "early_exit", "timeout", "killed",
 ``output_limit``, "error", "no_code"), ``stderr_tail``, ``mode`` ("fenced_program" or
 "continuation"), ``layer``, ``seconds``, ``returncode``.
+
+Where the sandbox cannot isolate programs (no namespaces; root with no way to an unprivileged uid),
+grading raises ``UnisolatedCodeError`` before the first program runs, unless the user opted in
+(``SandboxConfig(allow_unisolated=True)``, ``$ANCHORED_REASONING_ALLOW_UNISOLATED_CODE=1`` or
+``anchored-reasoning eval --confirm-run-unsafe-code``). :func:`preflight` checks that up front, before
+a model generates anything: the eval runner and GRPO's code rewards call it.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from anchored_reasoning.errors import ConfigError, DataError
+from anchored_reasoning import sandbox
 from anchored_reasoning.sandbox import ExecResult, SandboxConfig, run_programs
 from anchored_reasoning.types import Example, Grade
 
@@ -131,6 +138,13 @@ def _grade(result: ExecResult | None, mode: str, extracted: str | None) -> Grade
     )
 
 
+def preflight(config: SandboxConfig | None = None) -> dict:
+    """Refuse (UnisolatedCodeError, saying what is missing and how to opt in) before any generation when the
+    programs graded here would not run isolated; else run one known program and return the sandbox's
+    description (``anchored_reasoning.sandbox.preflight``)."""
+    return sandbox.preflight(config or DEFAULT_CONFIG)
+
+
 def _config(timeout: float | None, config: SandboxConfig | None) -> SandboxConfig:
     cfg = config or DEFAULT_CONFIG
     return replace(cfg, timeout_s=timeout) if timeout is not None else cfg
@@ -185,5 +199,5 @@ def load_humaneval_jsonl(path: str) -> list[Example]:
 
 __all__: Sequence[str] = (
     "DEFAULT_CONFIG", "build_program", "candidate_code", "fenced_blocks", "grade_humaneval",
-    "grade_humaneval_batch", "load_humaneval_jsonl", "prompt_header",
+    "grade_humaneval_batch", "load_humaneval_jsonl", "preflight", "prompt_header",
 )

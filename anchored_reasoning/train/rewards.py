@@ -345,6 +345,10 @@ def build_rewards(spec: Mapping[str, Any] | None, task: Any, style: str = "train
                   tests_timeout_s: float | None = None) -> RewardSet:
     """``spec`` maps reward names (:data:`REWARDS`) to weights; a weight of 0 leaves the reward out.
     Default: correctness 1.0 and format 0.1 (correctness 1.0 and tests_passed 0.5 for code tasks)."""
+    if getattr(task, "is_code", False):  # refuse unisolated code execution before training starts
+        from anchored_reasoning.tasks.code_exec import preflight
+
+        preflight()
     if spec is None:
         spec = {"correctness": 1.0, "tests_passed": 0.5} if getattr(task, "is_code", False) else {"correctness": 1.0, "format": 0.1}
     out = RewardSet()
