@@ -3,7 +3,8 @@
 When a grader changes (GSM8K's headline rule, for instance), the generated text in
 ``records.jsonl`` is still good. :func:`regrade_run` grades every record's completion again,
 with the finish reason the backend recorded for it, rewrites the grade fields of each record
-(``extracted``, ``correct``, ``details``) and the run's ``summary.json`` / ``summary.md``
+(``extracted``, ``correct``, ``details``; ``gold`` too, which records written before it existed
+lack) and the run's ``summary.json`` / ``summary.md``
 (through :func:`~anchored_reasoning.eval.report.summarize`, as the runner does), and lists
 every record whose grade changed. Everything generation produced (prompt, completion, tokens,
 seconds, finish_reason, session, time) and ``config.json`` are left as they were.
@@ -34,6 +35,7 @@ from anchored_reasoning.eval.runner import (
     _grade_all,
     _jsonable,
     _resolve_task,
+    gold_of,
     load_records,
 )
 from anchored_reasoning.files import atomic_write
@@ -120,7 +122,8 @@ def regrade_run(
     new_records, changes = [], []
     for record, grade in zip(records, grades):
         new = dict(record)
-        new.update(extracted=grade.extracted, correct=bool(grade.correct), details=_jsonable(grade.details or {}))
+        new.update(gold=gold_of(task, by_id[str(record["id"])]), extracted=grade.extracted, correct=bool(grade.correct),
+                   details=_jsonable(grade.details or {}))
         if _changed(record, new):
             changes.append({
                 "id": record["id"],

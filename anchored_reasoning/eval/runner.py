@@ -10,7 +10,7 @@ keep the invariants of one records file, and read best together.
 Files in ``out_dir``:
 
 * ``records.jsonl``: one JSON record per (example, sample): ``id, sample, prompt, completion,
-  extracted, correct, tokens, seconds, finish_reason, details, session, time``;
+  gold, extracted, correct, tokens, seconds, finish_reason, details, session, time``;
 * ``summary.json`` / ``summary.md``: see :mod:`anchored_reasoning.eval.report`;
 * ``config.json``: what was run (task, split, method, backend description, sampling).
 
@@ -80,6 +80,39 @@ def build_method(name: str | None, model_path: str | os.PathLike | None = None, 
 
 
 def describe_method(method: Any) -> dict[str, Any]:
+def checkpoint_path(backend: Any, model: str | os.PathLike | None = None) -> str | None:
+    """The local checkpoint directory ``backend`` serves, where there is one: its ``model_path``
+    (hf, vllm, diffusion), else its model name when that is a directory (an openai backend talking to
+    ``vllm serve /path/to/ckpt``), else ``model`` when that is a directory. None for a Hub id or a
+    model held only in memory."""
+    for candidate in (getattr(backend, "model_path", None), getattr(backend, "model", None), model):
+        if isinstance(candidate, (str, os.PathLike)) and str(candidate) and Path(candidate).is_dir():
+            return str(candidate)
+    return None
+
+
+def method_for_backend(name: str | None, backend: Any, model: str | os.PathLike | None = None, **options: Any):
+    """:func:`build_method` for the checkpoint ``backend`` serves (:func:`checkpoint_path`): what
+    ``anchored-reasoning eval --method NAME`` and ``run_eval(task, backend, "NAME")`` both prompt with.
+    A checkpoint trained here gets the format it was trained in, or a ConfigError naming the fix."""
+    return build_method(name, checkpoint_path(backend, model), **options)
+
+
+def check_method_fits(method: Any, backend: Any) -> None:
+    """Refuse an instruct-style method object for a checkpoint trained here: that checkpoint
+    learned the trained format (``anchored_reasoning.json``) and never saw the task's instruct prompt."""
+    path = checkpoint_path(backend)
+    meta = read_checkpoint_meta(path)
+    if meta is None or meta.get("style", "trained") != "trained" or getattr(method, "style", "instruct") != "instruct":
+        return
+    name = getattr(method, "name", type(method).__name__)
+    raise ConfigError(
+        f"checkpoint {path} was trained with method {meta['method']!r} ({CHECKPOINT_META}), but the method "
+        f"object given is the instruct-style {name!r}, a prompt format it never saw. Pass the method by name "
+        f"(run_eval(task, backend, {meta['method']!r}) or None) or build it with build_method(None, {str(path)!r})."
+    )
+
+
     options = getattr(method, "options", None)
     return {
         "name": getattr(method, "name", type(method).__name__),
@@ -236,6 +269,13 @@ def _grade_all(
 
 
 def _resolve_task(task: Any) -> Any:
+def gold_of(task: Any, example: Example) -> Any:
+    """The record's ``gold``: ``task.gold(example)`` (the registry's tasks: what the grader compares
+    with, None for code tasks), else the example's answer."""
+    gold = getattr(task, "gold", None)
+    return _jsonable(gold(example) if callable(gold) else example.answer)
+
+
     if isinstance(task, str):
         from anchored_reasoning.tasks import get_task
 
@@ -263,11 +303,17 @@ def run_eval(
     examples: list[Example] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``method`` on ``task`` with ``backend``; write records and summaries to ``out_dir``
-    and return the summary. ``task`` and ``method`` may be names or objects. Sampling defaults
-    come from the task's ``generation`` settings; the arguments override them."""
+    and return the summary. ``task`` and ``method`` may be names or objects. A method name (or None)
+    is resolved against the checkpoint ``backend`` serves (:func:`method_for_backend`), as
+    ``anchored-reasoning eval --method`` does: a checkpoint trained here is prompted in its trained
+    format, and a name it was not trained with is refused; an instruct-style method object for such a
+    checkpoint is refused too. Sampling defaults come from the task's ``generation`` settings; the
+    arguments override them."""
     task = _resolve_task(task)
-    if isinstance(method, str):
-        method = build_method(method)
+    if method is None or isinstance(method, str):
+        method = method_for_backend(method, backend)  # as the CLI does: a trained checkpoint's own format
+    else:
+        check_method_fits(method, backend)
     if n < 1:
         raise ConfigError(f"n={n}: ask for at least one sample per example")
     if limit is not None and limit < 1:
@@ -382,6 +428,7 @@ def run_eval(
                         "prompt": prompt.text,
                         "completion": comp.text,
                         "extracted": grade.extracted,
+                        "gold": gold_of(task, ex),
                         "correct": bool(grade.correct),
                         "tokens": int(comp.n_tokens),
                         "seconds": round(float(comp.seconds), 6),

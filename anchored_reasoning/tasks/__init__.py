@@ -173,6 +173,18 @@ class Task:
     def extract(self, completion: str, example: Example) -> str | None:
         return self._extractor()(completion, example)
 
+    def gold(self, example: Example) -> str | None:
+        """The answer a completion is graded against, in the form ``extract`` returns: the
+        ``grader_options.gold_field`` of ``example.meta`` when the task names one (ProsQA's
+        ``answer_concept``), else ``example.answer``. None for code tasks, which are graded by
+        running tests, not against an answer (HumanEval's reference solution stays in the data)."""
+        if self.is_code:
+            return None
+        gold_field = self.grader_options.get("gold_field")
+        if gold_field is not None and gold_field in example.meta:
+            return str(example.meta[gold_field])
+        return example.answer
+
     def grade(self, completion: str, example: Example, finish_reason: str | None = None) -> Grade:
         """Grade one completion. No answer -> ``Grade(False, None)``; timeouts -> graded wrong.
         ``finish_reason`` (``"length"``: cut by the token cap) reaches graders that take it (GSM8K)."""
