@@ -306,7 +306,7 @@ PROSQA_EX = _ex(
         ("Sally is not a hilpus, so she is a sterpus", "sterpus"),
         ("Sally is not a hilpus.", None),
         ("Sally is a sterpus. Wait, no: Sally is a hilpus.", "hilpus"),
-        ("Sally is a rempus.", None),  # neither option
+        ("Sally is a rempus.", "rempus"),  # neither option: a wrong answer, not "no answer"
         ("", None),
     ],
 )

@@ -1,4 +1,8 @@
-"""``anchored-reasoning tasks``: list the registered tasks with their splits and metrics."""
+"""``anchored-reasoning tasks``: list the registered tasks with their splits, metrics and methods.
+
+The methods are the task's prompt templates (``prompts`` in its YAML), each the name of an
+instruct-style method ``anchored-reasoning eval --method`` takes (nocot, cot, and HumanEval's
+completion); the trained formats (acot, pause, ...) render any task and are not listed per task."""
 from __future__ import annotations
 
 import argparse
@@ -36,7 +40,7 @@ def task_rows() -> list[dict[str, Any]]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    header = ["task", "splits", "metrics", "prompts", "description"]
+    header = ["task", "splits", "metrics", "methods", "description"]
     body = [
         [r["name"], ",".join(r["splits"]) or "-", ",".join(r["metrics"]), ",".join(r["methods"]) or "-", r["description"]]
         for r in rows
@@ -58,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("tasks", help="list the reasoning tasks (splits, metrics, prompt templates)")
+    p = subparsers.add_parser("tasks", help="list the reasoning tasks (splits, metrics, prompting methods)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)

@@ -3,7 +3,8 @@
 Two styles share the registry:
 
 * ``instruct`` -- zero-shot prompting of an off-the-shelf (instruct) model with the task's
-  prompt templates (``prompts.<method>`` in the task YAML), e.g. ``nocot`` and ``cot``.
+  prompt templates (``prompts.<method>`` in the task YAML), e.g. ``nocot`` and ``cot``; and
+  ``completion``, the bare prompt continued by a base model (HumanEval).
 * ``trained``  -- the plain-text format our fine-tuned checkpoints learn
   (question, optional ``[BoA] [ANT]*k [EoA]`` / pause slots, ``[BoR] steps [EoR]``, answer).
   Training and evaluation both call :meth:`Method.render`, so they never disagree.
@@ -40,6 +41,7 @@ class Rendered:
 _METHODS: dict[str, str] = {
     "nocot": "anchored_reasoning.methods.prompting:NoCoT",
     "cot": "anchored_reasoning.methods.prompting:CoT",
+    "completion": "anchored_reasoning.methods.prompting:Completion",
 }
 
 

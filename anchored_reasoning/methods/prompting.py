@@ -4,7 +4,8 @@
 ``prompts.cot`` in the task YAML, filled by ``task.format_prompt``: ``{question}`` is the rendered
 question with any choices)
 and offer it both as raw text and as one user chat turn; the backend decides which to use
-(the HF backend applies the tokenizer's chat template when the model has one).
+(the HF backend applies the tokenizer's chat template when the model has one). ``completion``
+(HumanEval's ``prompts.completion``) offers raw text only, to be continued by a base model.
 
 The registry (:func:`anchored_reasoning.methods.get_method`) picks the class: the plain names
 map here, to the instruct versions. The formats our fine-tuned checkpoints learn (the
@@ -80,3 +81,21 @@ class CoT(InstructMethod):
     """Ask the model to reason step by step, then answer (the task's ``prompts.cot`` template)."""
 
     name: ClassVar[str] = "cot"
+
+
+@dataclass
+class Completion(InstructMethod):
+    """Give the task's ``prompts.completion`` template as raw text to be continued, never as a chat
+    turn: HumanEval's original protocol for base models (the prompt is the function's signature and
+    docstring; the completion is its body), the one lm-eval's and evalplus's base-model runs use.
+    The task's ``generation.methods.completion`` stop strings end the body."""
+
+    name: ClassVar[str] = "completion"
+
+    def __post_init__(self) -> None:
+        if self.system is not None:
+            raise ConfigError("method completion sends raw text to be continued, so it takes no system turn; "
+                              "drop the system option (or use nocot/cot for chat prompting)")
+
+    def prompt(self, example: Example, task: Any) -> Prompt:
+        return Prompt(text=super().prompt(example, task).text)

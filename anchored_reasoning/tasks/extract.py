@@ -28,10 +28,16 @@ Each extractor is a pure function ``(completion, example) -> str | None`` regist
   5. a line starting with ``C.``, ``C)`` or ``C:`` (``C. text``)
   6. the whole completion is the letter (``C`` / ``C.``)
   Letters are upper-case, except right after ``Answer:`` and inside ``\\boxed{}``.
-* ``true_false`` (ProntoQA): the last whole word ``true``/``false`` (any case) -> "True"/"False".
+* ``true_false`` (ProntoQA): the last whole word ``true``/``false`` (any case) -> "True"/"False";
+  with neither word, the one-word answer a line ends on (``### Unknown``, ``The answer is
+  unknown.``, ``Answer: maybe``) as written, which grades wrong; else None.
 * ``prosqa_concept`` (ProsQA): the last ``<entity> is a(n) <concept>`` whose concept is one
   of the two options (``meta["answer_concept"]``/``meta["neg_concept"]``); else the last
-  option word not preceded by "not"; else None.
+  option word not preceded by "not"; else the concept of the last ``<entity> is a(n) <concept>``
+  (lower-case), an answer that is neither option and grades wrong; else None.
+
+None means the completion commits to no answer at all (counted as "no answer" in summaries); an
+answer outside the options is extracted, so it counts as a wrong answer.
 * ``none``: the completion itself (code tasks grade by execution).
 """
 from __future__ import annotations
@@ -234,11 +240,19 @@ def choice_letter(completion: str, example: Example | None = None) -> str | None
 # ----------------------------------------------------------------------------- logic tasks
 
 
+#: An explicit final answer that is one word: ``### X``, ``The answer is X``, ``Answer: X``.
+_ONE_WORD_ANSWER = re.compile(
+    r"(?i)(?:###|\banswer\s++is|\banswer[ \t]*+:)[ \t*\"']*+([A-Za-z]++)[ \t*\"']*+[.!]?[ \t*]*+$", re.M
+)
+
+
 def true_false(completion: str, example: Example | None = None) -> str | None:
     matches = re.findall(r"(?i)\b(true|false)\b", completion)
-    if not matches:
-        return None
-    return matches[-1].capitalize()
+    if matches:
+        return matches[-1].capitalize()
+    # neither option, but an answer all the same ("The answer is Unknown."): a wrong answer, not none
+    named = _ONE_WORD_ANSWER.findall(completion)
+    return named[-1] if named else None
 
 
 def prosqa_concept(completion: str, example: Example | None = None) -> str | None:
@@ -263,7 +277,8 @@ def prosqa_concept(completion: str, example: Example | None = None) -> str | Non
     ]
     if mentions:
         return lowered[mentions[-1].group(1).lower()]
-    return None
+    # neither option named, but a concept all the same ("Sally is a rempus."): a wrong answer, not none
+    return sentences[-1].lower() if sentences else None
 
 
 def whole_completion(completion: str, example: Example | None = None) -> str | None:
