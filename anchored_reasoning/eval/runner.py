@@ -79,7 +79,6 @@ def build_method(name: str | None, model_path: str | os.PathLike | None = None, 
     return get_method(name, **options)
 
 
-def describe_method(method: Any) -> dict[str, Any]:
 def checkpoint_path(backend: Any, model: str | os.PathLike | None = None) -> str | None:
     """The local checkpoint directory ``backend`` serves, where there is one: its ``model_path``
     (hf, vllm, diffusion), else its model name when that is a directory (an openai backend talking to
@@ -113,6 +112,7 @@ def check_method_fits(method: Any, backend: Any) -> None:
     )
 
 
+def describe_method(method: Any) -> dict[str, Any]:
     options = getattr(method, "options", None)
     return {
         "name": getattr(method, "name", type(method).__name__),
@@ -268,7 +268,6 @@ def _grade_all(
     return out
 
 
-def _resolve_task(task: Any) -> Any:
 def gold_of(task: Any, example: Example) -> Any:
     """The record's ``gold``: ``task.gold(example)`` (the registry's tasks: what the grader compares
     with, None for code tasks), else the example's answer."""
@@ -276,6 +275,7 @@ def gold_of(task: Any, example: Example) -> Any:
     return _jsonable(gold(example) if callable(gold) else example.answer)
 
 
+def _resolve_task(task: Any) -> Any:
     if isinstance(task, str):
         from anchored_reasoning.tasks import get_task
 
@@ -427,8 +427,8 @@ def run_eval(
                         "sample": si,
                         "prompt": prompt.text,
                         "completion": comp.text,
-                        "extracted": grade.extracted,
                         "gold": gold_of(task, ex),
+                        "extracted": grade.extracted,
                         "correct": bool(grade.correct),
                         "tokens": int(comp.n_tokens),
                         "seconds": round(float(comp.seconds), 6),
