@@ -7,7 +7,8 @@ Built-in names (resolved lazily, so optional extras are imported only when asked
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol, runtime_checkable
+import inspect
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
@@ -21,6 +22,9 @@ class Backend(Protocol):
     are cut from the returned text (the text ends before the stop string). ``describe``
     returns a JSON-able dict that identifies the model and settings (it goes into the run's
     config, so a resumed run can check it talks to the same thing).
+
+    A backend may also take ``on_progress`` (a :data:`ProgressFn`) as a keyword of ``generate`` and
+    report while a call runs; :func:`generate_with_progress` passes it only to backends that do.
     """
 
     name: str
@@ -28,6 +32,29 @@ class Backend(Protocol):
     def generate(self, prompts: list[Prompt], spec: SamplingSpec) -> list[list[Completion]]: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+#: ``on_progress(done_samples, new_tokens)``: called by a backend during ``generate`` with what happened
+#: since its previous call: samples (of ``len(prompts) * spec.n``) that finished, tokens generated. Over
+#: one ``generate`` call the ``done_samples`` add up to its sample count. Reporting changes no output.
+ProgressFn = Callable[[int, int], None]
+
+
+def takes_progress(backend: Any) -> bool:
+    """Whether ``backend.generate`` takes the ``on_progress`` keyword."""
+    try:
+        params = inspect.signature(backend.generate).parameters
+    except (TypeError, ValueError):
+        return False
+    return "on_progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def generate_with_progress(backend: Any, prompts: list[Prompt], spec: SamplingSpec,
+                           on_progress: ProgressFn | None) -> list[list[Completion]]:
+    """``backend.generate(prompts, spec)``, with ``on_progress`` where the backend takes it."""
+    if on_progress is not None and takes_progress(backend):
+        return backend.generate(prompts, spec, on_progress=on_progress)
+    return backend.generate(prompts, spec)
 
 
 # name -> "module:factory"; factories take (model: str, **options) and return a Backend.
@@ -45,6 +72,7 @@ def register_backend(name: str, target: str) -> None:
 
 
 def list_backends() -> list[str]:
+    """The registered backend names (``hf``, ``diffusion``, ``vllm``, ``openai``, ...), for :func:`get_backend`."""
     return sorted(_BACKENDS)
 
 

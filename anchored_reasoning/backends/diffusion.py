@@ -31,7 +31,10 @@ How a prompt becomes a completion:
   temperature 0) runs prompts in batches; any sampler that draws random numbers (temperature > 0,
   ``ancestral``, ``random``, ``remdm``) runs each (prompt, sample) row alone with a seed derived
   from (seed, prompt tokens, sample index), so a row's output never depends on its batch
-  (a resumed run draws the same samples).
+  (a resumed run draws the same samples);
+* ``on_progress(done_samples, new_tokens)`` (optional, :data:`~anchored_reasoning.backends.ProgressFn`)
+  hears after every denoising step how many positions were unmasked in it, and each batch's samples
+  when the batch ends.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ import logging
 import time
 from typing import Any
 
-from anchored_reasoning.backends import cut_at_stop, left_pad, per_prompt_samples
+from anchored_reasoning.backends import ProgressFn, cut_at_stop, left_pad, per_prompt_samples
 from anchored_reasoning.checkpoints import read_checkpoint_meta
 from anchored_reasoning.errors import BackendError, ConfigError, DataError
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
@@ -236,7 +239,8 @@ class DiffusionBackend:
         return not spec.greedy or self.sampler not in _DETERMINISTIC_GREEDY
 
     # -- generation -----------------------------------------------------------------------
-    def generate(self, prompts: list[Prompt], spec: SamplingSpec) -> list[list[Completion]]:
+    def generate(self, prompts: list[Prompt], spec: SamplingSpec, *,
+                 on_progress: ProgressFn | None = None) -> list[list[Completion]]:
         from anchored_reasoning.backends.hf import row_seed
 
         if spec.n < 1:
@@ -249,13 +253,14 @@ class DiffusionBackend:
         adjusted = [f[2] for f in fitted]
         random_rows = self._random(spec)
         copies = spec.n if random_rows else 1
+        report = _StepReport(on_progress, spec.n // copies) if on_progress is not None else None
         rows = [(pi, si) for pi in range(len(prompts)) for si in range(copies)]
         rows.sort(key=lambda r: (-len(encoded[r[0]]), windows[r[0]], r))
         results: dict[tuple[int, int], Completion] = {}
         if random_rows:  # one row per call: a row's draws never depend on its batch
             for pi, si in rows:
                 seed = row_seed(spec.seed, encoded[pi], si)
-                results[(pi, si)] = self._generate_batch([encoded[pi]], windows[pi], spec, seed, [spec.stop])[0]
+                results[(pi, si)] = self._generate_batch([encoded[pi]], windows[pi], spec, seed, [spec.stop], report)[0]
         else:
             groups: dict[int, list[tuple[int, int]]] = {}
             for r in rows:
@@ -263,7 +268,8 @@ class DiffusionBackend:
             for window, members in groups.items():
                 for start in range(0, len(members), self.batch_size):
                     batch = members[start : start + self.batch_size]
-                    outs = self._generate_batch([encoded[pi] for pi, _ in batch], window, spec, spec.seed, [spec.stop] * len(batch))
+                    outs = self._generate_batch([encoded[pi] for pi, _ in batch], window, spec, spec.seed,
+                                                [spec.stop] * len(batch), report)
                     results.update(zip(batch, outs))
         for (pi, si), c in results.items():
             if adjusted[pi] and c.finish_reason == "length":
@@ -271,7 +277,7 @@ class DiffusionBackend:
         return per_prompt_samples(results, len(prompts), spec.n, shared=copies == 1)
 
     def _generate_batch(self, ids: list[list[int]], gen_length: int, spec: SamplingSpec, seed: int,
-                        stops: list[list[str]]) -> list[Completion]:
+                        stops: list[list[str]], report: "_StepReport | None" = None) -> list[Completion]:
         import torch
 
         from anchored_reasoning.sampling import sample
@@ -282,11 +288,14 @@ class DiffusionBackend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
+        callback = report.batch(width, self.mask_token_id) if report is not None else None
         try:
             out, _stats = sample(self.model, input_ids.to(self.device), cfg,
-                                 attention_mask=mask.to(self.device) if not bool(mask.all()) else None)
+                                 attention_mask=mask.to(self.device) if not bool(mask.all()) else None, callback=callback)
         except (ConfigError, DataError) as exc:
             raise BackendError(f"diffusion sampling failed: {exc}") from exc
+        if report is not None:
+            report.finished(len(ids))
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         share = (time.perf_counter() - t0) / len(ids)
@@ -316,6 +325,30 @@ class DiffusionBackend:
                     n_tokens = k
                     break
         return Completion(text=text, n_tokens=n_tokens, seconds=seconds, finish_reason="stop" if (ended or stopped) else "length")
+
+
+class _StepReport:
+    """Turns the sampler's per-step callback into ``on_progress`` calls: the positions unmasked since
+    the previous step (a re-masked one counts once, when first revealed), and a batch's rows times
+    ``weight`` (samples per row) when it ends."""
+
+    def __init__(self, on_progress: ProgressFn, weight: int) -> None:
+        self.on_progress = on_progress
+        self.weight = weight
+        self._seen = 0
+
+    def batch(self, prompt_width: int, mask_id: int):
+        self._seen = 0
+
+        def step(_step: int, x) -> None:
+            decoded = int((x[:, prompt_width:] != mask_id).sum())
+            if decoded > self._seen:
+                self.on_progress(0, (decoded - self._seen) * self.weight)
+                self._seen = decoded
+        return step
+
+    def finished(self, rows: int) -> None:
+        self.on_progress(rows * self.weight, 0)
 
 
 __all__ = ["DiffusionBackend", "FIT_POLICIES"]

@@ -19,7 +19,10 @@ How it generates:
   the returned text; EOS / pad / BOS tokens are removed, other special tokens kept (trained
   formats use them);
 * each completion reports its generated-token count and a fair share of its batch's wall
-  time (every decoding step's time is split among the rows still running in it).
+  time (every decoding step's time is split among the rows still running in it);
+* ``on_progress(done_samples, new_tokens)`` (optional, :data:`~anchored_reasoning.backends.ProgressFn`)
+  hears after every decoding step how many tokens the running rows generated and how many rows
+  finished (EOS or a stop string); rows cut at ``max_new_tokens`` count as done when their batch ends.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from anchored_reasoning.backends import cut_at_stop, left_pad, per_prompt_samples
+from anchored_reasoning.backends import ProgressFn, cut_at_stop, left_pad, per_prompt_samples
 from anchored_reasoning.errors import BackendError, ConfigError
 from anchored_reasoning.models.zoo import resolve_model
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
@@ -224,7 +227,8 @@ class HFBackend:
         }
 
     # -- generation -----------------------------------------------------------------------
-    def generate(self, prompts: list[Prompt], spec: SamplingSpec) -> list[list[Completion]]:
+    def generate(self, prompts: list[Prompt], spec: SamplingSpec, *,
+                 on_progress: ProgressFn | None = None) -> list[list[Completion]]:
         if spec.n < 1:
             raise ConfigError(f"n={spec.n}: ask for at least one sample per prompt")
         if spec.max_new_tokens < 1:
@@ -248,9 +252,13 @@ class HFBackend:
                             "(finish_reason 'length')", len(full), min(len(encoded[r[0]]) for r in full), limit)
             results.update((r, Completion(text="", n_tokens=0, seconds=0.0, finish_reason="length")) for r in full)
             rows = [r for r in rows if r not in results]
+        weight = spec.n if spec.greedy else 1  # a greedy row stands for all n samples of its prompt
+        if on_progress is not None and results:
+            on_progress(len(results) * weight, 0)
         for start in range(0, len(rows), self.batch_size):
             batch = rows[start : start + self.batch_size]
-            outs = self._generate_batch([encoded[pi] for pi, _ in batch], [si for _, si in batch], spec)
+            outs = self._generate_batch([encoded[pi] for pi, _ in batch], [si for _, si in batch], spec,
+                                        on_progress, weight)
             results.update(zip(batch, outs))
         return per_prompt_samples(results, len(prompts), spec.n, shared=spec.greedy)
 
@@ -260,7 +268,8 @@ class HFBackend:
         value = getattr(getattr(self.model, "config", None), "n_positions", None)
         return value if isinstance(value, int) and value > 0 else None
 
-    def _generate_batch(self, ids: list[list[int]], sample_idx: list[int], spec: SamplingSpec) -> list[Completion]:
+    def _generate_batch(self, ids: list[list[int]], sample_idx: list[int], spec: SamplingSpec,
+                        on_progress: ProgressFn | None = None, weight: int = 1) -> list[Completion]:
         import torch
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
@@ -268,7 +277,7 @@ class HFBackend:
         input_ids, mask = left_pad(ids, pad)
         width = input_ids.shape[1]
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        tracker = _RowTracker(self.tokenizer, width, self.eos_ids, spec.stop)
+        tracker = _RowTracker(self.tokenizer, width, self.eos_ids, spec.stop, on_progress, weight)
         processors = LogitsProcessorList()
         if not spec.greedy:
             seeds = [row_seed(spec.seed, x, s) for x, s in zip(ids, sample_idx)]
@@ -307,6 +316,8 @@ class HFBackend:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         wall = time.perf_counter() - t0
+        if on_progress is not None:  # the rows cut at the token budget are done now
+            on_progress((len(ids) - len(tracker.finished_at)) * weight, 0)
         gen = out[:, width:].tolist()
         steps = len(gen[0]) if gen else 0
         lengths = [tracker.finished_at.get(r, steps) for r in range(len(ids))]
@@ -342,9 +353,11 @@ def fair_shares(lengths: list[int], wall: float) -> list[float]:
 
 class _RowTracker:
     """Stopping criterion: marks a row done at EOS or when its decoded tail holds a stop string,
-    and records how many tokens it had generated then (``finished_at``)."""
+    and records how many tokens it had generated then (``finished_at``). With ``on_progress``, tells it
+    after every step the tokens the running rows generated and the rows that finished (times ``weight``)."""
 
-    def __init__(self, tokenizer, prompt_width: int, eos_ids: list[int], stop: list[str]) -> None:
+    def __init__(self, tokenizer, prompt_width: int, eos_ids: list[int], stop: list[str],
+                 on_progress: ProgressFn | None = None, weight: int = 1) -> None:
         self.tokenizer = tokenizer
         self.prompt_width = prompt_width
         self.eos_ids = set(eos_ids)
@@ -352,11 +365,14 @@ class _RowTracker:
         # Every ordinary token decodes to at least one character, so this many tokens cover a stop string.
         self.window = max((len(s) for s in self.stop), default=0) + 2
         self.finished_at: dict[int, int] = {}
+        self.on_progress = on_progress
+        self.weight = weight
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
 
         step = input_ids.shape[1] - self.prompt_width
+        finished_before = len(self.finished_at)
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         last = input_ids[:, -1].tolist()
         for r in range(input_ids.shape[0]):
@@ -372,6 +388,9 @@ class _RowTracker:
                 if any(s in tail for s in self.stop):
                     self.finished_at[r] = step
                     done[r] = True
+        if self.on_progress is not None:  # every row running before this step generated one token in it
+            self.on_progress((len(self.finished_at) - finished_before) * self.weight,
+                             (input_ids.shape[0] - finished_before) * self.weight)
         return done
 
 

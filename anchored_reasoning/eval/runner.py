@@ -36,6 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
+from anchored_reasoning.backends import generate_with_progress
 from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
 from anchored_reasoning.files import atomic_write
 from anchored_reasoning.errors import BackendError, ConfigError, ResumeError
@@ -397,7 +398,7 @@ def run_eval(
                 t_gen = time.perf_counter()
                 failed = None
                 try:
-                    completions = backend.generate(prompts, spec)
+                    completions = generate_with_progress(backend, prompts, spec, bars.live)
                 except BackendError as err:
                     # a backend that says which prompts did finish (the openai backend when its server
                     # dies mid-chunk) gets those written before the error stops the run
