@@ -23,6 +23,7 @@ class Example:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The example as a plain dict (JSON-ready when its ``meta`` is)."""
         return asdict(self)
 
 

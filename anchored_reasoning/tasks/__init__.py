@@ -120,6 +120,7 @@ class Task:
 
     @staticmethod
     def format_choices(choices: list[str] | None) -> str:
+        """The lettered options as prompts show them (:func:`format_choices`)."""
         return format_choices(choices)
 
     def render_question(self, example: Example) -> str:
@@ -171,6 +172,7 @@ class Task:
         return options
 
     def extract(self, completion: str, example: Example) -> str | None:
+        """The answer ``completion`` commits to, by the task's extractor; None when it gives none."""
         return self._extractor()(completion, example)
 
     def gold(self, example: Example) -> str | None:
