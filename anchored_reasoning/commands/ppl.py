@@ -19,6 +19,7 @@ What is scored:
 The bound: ``NELBO = E_t [ w(t) * sum_masked CE ] / #tokens`` in nats per token, estimated with
 ``--t-samples`` stratified times per sequence (deterministic for a ``--seed``); the printed
 ``perplexity = exp(NELBO)`` is an upper bound on the model's perplexity (lower is better).
+While it scores, a bar counts the blocks (or rows) done.
 """
 from __future__ import annotations
 

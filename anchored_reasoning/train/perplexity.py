@@ -9,15 +9,18 @@ Used by the diffusion trainer (validation perplexity after pretraining) and by t
   trained-style ``cot`` otherwise) and only the response (target + EOS) is scored, conditioned on
   the clean prompt, as in SFT.
 
+Scoring shows a tqdm bar over the sequences (``progress=False``: none), advanced after every model call.
+
 It lives in ``train/`` because it scores text exactly as the trainer encodes it
 (``train/diffusion_data.py``); the evaluation package may not import training code.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from anchored_reasoning.checkpoints import read_checkpoint_meta
 from anchored_reasoning.errors import ConfigError, DataError
@@ -51,6 +54,28 @@ def _pad(rows: list[list[int]], pad_id: int):
     return ids, attn
 
 
+@contextlib.contextmanager
+def _scoring_bar(model: Any, sequences: int, t_samples: int, desc: str, show: bool) -> Iterator[None]:
+    """A bar over the ``sequences`` that ``perplexity_bound`` scores: each model call scores a batch of
+    sequences x ``t_samples`` rows, so a forward hook advances the bar by its rows / ``t_samples``."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=sequences, desc=desc, unit="seq", disable=not show, dynamic_ncols=True)
+
+    def advance(_module, args, kwargs, _output) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            bar.update(int(ids.shape[0]) // t_samples)
+
+    handle = model.register_forward_hook(advance, with_kwargs=True) if hasattr(model, "register_forward_hook") else None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.remove()
+        bar.close()
+
+
 def model_max_positions(model: Any) -> int:
     from anchored_reasoning.sampling import model_info
 
@@ -59,7 +84,8 @@ def model_max_positions(model: Any) -> int:
 
 
 def evaluate_text_file(model: Any, tokenizer: Any, path: str | Path, *, seq_len: int | None = None, t_samples: int = 8,
-                       seed: int = 0, batch_size: int = 16, split_lines: bool = False) -> dict[str, Any]:
+                       seed: int = 0, batch_size: int = 16, split_lines: bool = False,
+                       progress: bool = True) -> dict[str, Any]:
     """Perplexity bound of ``model`` on a text file cut into ``seq_len`` blocks (see the module doc).
 
     ``seq_len`` defaults to the model's context; a larger one is a ConfigError, never a truncation."""
@@ -71,16 +97,20 @@ def evaluate_text_file(model: Any, tokenizer: Any, path: str | Path, *, seq_len:
     if seq_len > max_positions:
         raise ConfigError(f"seq_len {seq_len} (--seq-len) exceeds the model's max_position_embeddings={max_positions}; "
                           f"use {max_positions} or less")
+    log.info("tokenizing %s", path)
     ids = tokenize_documents(tokenizer, read_text_documents(path, split_lines=split_lines))
     blocks = pack_token_blocks(ids, seq_len, keep_last=True)
+    log.info("scoring %d tokens in %d blocks of up to %d, at %d diffusion times each", len(ids), len(blocks), seq_len,
+             t_samples)
     input_ids, attention = _pad(blocks, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
-    bound = perplexity_bound(model, input_ids, attention, num_t_samples=t_samples, batch_size=batch_size, seed=seed)
+    with _scoring_bar(model, len(blocks), t_samples, "ppl", progress):
+        bound = perplexity_bound(model, input_ids, attention, num_t_samples=t_samples, batch_size=batch_size, seed=seed)
     return {**bound.to_dict(), "source": str(path), "seq_len": seq_len}
 
 
 def evaluate_task(model: Any, tokenizer: Any, task_name: str, split: str, *, model_path: str | Path | None = None,
                   limit: int | None = None, t_samples: int = 8, seed: int = 0, batch_size: int = 16,
-                  overlong: str = "error", data_dir: str | None = None) -> dict[str, Any]:
+                  overlong: str = "error", data_dir: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Perplexity bound of the responses of a task split, rendered in the checkpoint's format."""
     import torch
 
@@ -105,8 +135,11 @@ def evaluate_task(model: Any, tokenizer: Any, task_name: str, split: str, *, mod
     labels = torch.full_like(input_ids, IGNORE_INDEX)
     for i, r in enumerate(encoded):
         labels[i, : len(r["labels"])] = torch.tensor(r["labels"])
-    bound = perplexity_bound(model, input_ids, attention, num_t_samples=t_samples, batch_size=batch_size, seed=seed,
-                             loss_mask=labels != IGNORE_INDEX)
+    log.info("scoring the responses of %d %s/%s rows, at %d diffusion times each", len(encoded), task_name, split,
+             t_samples)
+    with _scoring_bar(model, len(encoded), t_samples, f"ppl {task_name}/{split}", progress):
+        bound = perplexity_bound(model, input_ids, attention, num_t_samples=t_samples, batch_size=batch_size, seed=seed,
+                                 loss_mask=labels != IGNORE_INDEX)
     return {**bound.to_dict(), "source": f"{task_name}/{split}", "method": method.name,
             "rows": stats.rows, "dropped_overlong": stats.dropped_overlong}
 
@@ -119,6 +152,7 @@ def load_model_and_tokenizer(path: str, *, trust_remote_code: bool = False, mask
     from anchored_reasoning.sampling import load_masked_diffusion_model
 
     resolved = resolve_model(path)
+    log.info("loading %s", resolved)
     try:
         model = load_masked_diffusion_model(resolved, trust_remote_code=trust_remote_code, mask_token_id=mask_token_id)
         tokenizer = AutoTokenizer.from_pretrained(resolved, trust_remote_code=trust_remote_code)
