@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from anchored_reasoning.sandbox import sandbox_info
-from anchored_reasoning.tasks.code_exec import DEFAULT_CONFIG, grade_humaneval_batch, load_humaneval_jsonl
+from anchored_reasoning.tasks.code_exec import DEFAULT_CONFIG, grade_humaneval_batch, load_humaneval_jsonl, preflight
 
 RESULTS = Path(__file__).resolve().parent / "results" / "humaneval_sandbox.json"
 _EXEC_LINE = re.compile(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", re.M)
@@ -87,6 +87,7 @@ def main() -> None:
     load_start = list(os.getloadavg())
     examples = load_humaneval_jsonl(problems)
     completions = [e.meta["canonical_solution"] for e in examples]
+    preflight()  # where our programs would not be isolated, refuse before timing anything
 
     with tempfile.TemporaryDirectory(prefix="ar-bench-he-") as tmp_s:
         tmp = Path(tmp_s)

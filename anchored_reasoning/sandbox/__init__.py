@@ -12,13 +12,20 @@ offers (exact guarantees per layer in ``docs/sandbox.md``):
              read-only filesystem (system libraries + the Python installation only), a private
              size-capped /tmp, the work dir at /sandbox; as root, each program runs as a fresh
              unprivileged uid.
-``unshare``  util-linux ``unshare``: new PID, network, IPC, UTS and mount namespaces; the host
-             filesystem stays visible (read per normal permissions), /tmp is the work dir,
-             /dev/shm and /var/tmp are private; as root, each program runs as a fresh uid (so it
-             can write only world-writable places).
-``plain``    no namespaces: rlimits, a fresh uid when root (and the interpreter is reachable),
-             a best-effort in-interpreter network guard (an audit hook). Used only when neither of
-             the above works; logged as a warning.
+``unshare``  util-linux ``unshare``: the same namespaces (no cgroup ns) and the same filesystem view,
+             built by a setup script (a tmpfs root with read-only binds, then ``pivot_root``); as root,
+             each program runs as a fresh uid; as a normal user, as uid 0 of a user namespace with
+             every capability dropped.
+``plain``    no namespaces: rlimits, a fresh uid when root (and the interpreter and work dir are
+             reachable by other users), a best-effort in-interpreter network guard (an audit hook).
+
+The interpreter's directories are bound read-only at their own paths under parents the fresh uid can
+enter, so a virtualenv under /tmp or pyenv under a 0700 /root work on both namespaced layers.
+**Fail closed** (``policy``): where programs would not be isolated (``plain`` as a normal user, or root
+with no way to a fresh uid), every run raises ``UnisolatedCodeError`` before the first program starts,
+unless the user opted in (``SandboxConfig(allow_unisolated=True)``,
+``$ANCHORED_REASONING_ALLOW_UNISOLATED_CODE=1``, ``anchored-reasoning eval --confirm-run-unsafe-code``).
+``preflight()`` checks that before a job generates anything.
 
 Every layer applies rlimits (CPU seconds, address space, file size, processes, open files, no
 core dumps), a wall-clock timeout, capped stdout/stderr and a clean environment whose HOME and
@@ -39,12 +46,13 @@ Public API (everything else is internal)::
 
     run_program(source, config=None, **overrides) -> ExecResult
     run_programs(sources, config=None, workers=None, **overrides) -> list[ExecResult]
-    SandboxConfig, ExecResult, SandboxPool, detect_layer(), sandbox_info(), shutdown()
+    preflight(config=None) -> dict        (UnisolatedCodeError where programs would not be isolated)
+    SandboxConfig, ExecResult, SandboxPool, detect_layer(), assess(), sandbox_info(), shutdown()
 
 Modules: ``config`` (SandboxConfig, ExecResult, shared constants), ``server`` (the programs that run
 inside a worker sandbox and their protocol), ``layers`` (bwrap / unshare / plain: detection, start
-commands, uid dropping, rlimits), ``worker`` (one worker sandbox, parent side), ``pool`` (worker pools,
-run_program, run_programs). The package imports nothing from the rest of anchored-reasoning but
+commands, uid dropping, rlimits), ``policy`` (what counts as isolated, the refusal, the opt-in),
+``worker`` (one worker sandbox, parent side), ``pool`` (worker pools, run_program, run_programs, preflight). The package imports nothing from the rest of anchored-reasoning but
 ``errors``: task code (HumanEval grading, ``anchored_reasoning.tasks.code_exec``) builds programs and
 hands them here.
 """

@@ -71,8 +71,8 @@ def assess(cfg: SandboxConfig) -> Isolation:
         problem = (f"this process runs as root and the {layer!r} layer cannot switch programs to an "
                    f"unprivileged uid ({blocker}): programs would run as root")
     elif not is_root() and layer == "plain":
-        problem = (f"no namespaces: programs would run as your own user (uid {os.geteuid()}) and could read, write "
-                   "and delete your files")
+        problem = (f"the 'plain' layer has no namespaces: programs would run as your own user (uid {os.geteuid()}) "
+                   "and could read, write and delete your files")
     else:
         problem = ""
     return Isolation(layer, fresh_uid, not problem, problem, tuple(tried))
@@ -101,6 +101,7 @@ def require_isolation(cfg: SandboxConfig) -> Isolation:
 
 
 def refusal_message(iso: Isolation) -> str:
+    """The refusal: what is missing, every layer tried, how to isolate, and the three ways to opt in."""
     fixes = ["install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)",
              "or let this process create namespaces (root, or unprivileged user namespaces enabled; container "
              "runtimes often block them)"]
