@@ -200,3 +200,75 @@ def test_each_rule_catches_its_import(rel, source, rule, line):
 )
 def test_allowed_imports_pass(rel, source):
     assert violations(rel, source) == []
+
+
+def _module_files() -> dict[str, str]:
+    """Module name -> path relative to the root, for every module of the package."""
+    return {_module_name(rel): rel for rel in (str(p.relative_to(ROOT)) for p in sorted((ROOT / PKG).rglob("*.py")))}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (at any depth, lazy imports and ``import_module`` with a literal
+    name included; a registry string ``"pkg.module:Attr"`` is a name in a table resolved on demand, like an entry
+    point, and is not an import). A ``from package import name`` counts as an import of ``package.name`` when
+    that is a module, else of ``package``."""
+    modules = _module_files()
+    graph: dict[str, set[str]] = {}
+    for name, rel in modules.items():
+        edges = graph.setdefault(name, set())
+        for _, shown, targets in imports_of(rel, (ROOT / rel).read_text(encoding="utf-8")):
+            if _REGISTRY_STRING.fullmatch(shown):
+                continue
+            base, *members = targets
+            submodules = [m for m in members if m in modules]
+            for target in submodules or ([base] if base in modules else []):
+                if target != name:
+                    edges.add(target)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_import_circles():
+    circles = import_circles(import_graph())
+    assert not circles, "import circles (each a set of modules that import each other):\n" + "\n".join(
+        " <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_a_circle_through_a_lazy_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []

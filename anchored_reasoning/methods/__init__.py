@@ -15,49 +15,45 @@ A checkpoint written by ``anchored-reasoning train`` carries ``anchored_reasonin
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.methods.base import Rendered
 
+__all__ = ["Rendered", "get_method", "list_methods", "register_method"]
 
-@dataclass
-class Rendered:
-    """An example rendered for training in the ``trained`` style.
-
-    ``prompt`` is everything the model is given (no LM loss on it), ``target`` what it must
-    generate (LM loss). ``anchors`` are the anchor strings, in order, that the ``[ANT]`` slots
-    inside ``prompt`` are trained to predict (empty for methods without anchor supervision):
-    anchor ``i`` takes the ``tokens_per_anchor`` slots from ``i * tokens_per_anchor`` on.
-    ``prompt + target`` is the full training text.
-    """
-
-    prompt: str
-    target: str
-    anchors: list[str] = field(default_factory=list)
-    tokens_per_anchor: int = 1
 
 # name -> "module:Class"; classes take **options (e.g. k=6 anchor slots).
+# Trained formats are registered as ``trained:<name>``; pause, acot, stepwise and anchor_chain are trained-only,
+# so their plain names point at the same class.
+_ANCHORED = "anchored_reasoning.methods.anchored"
 _METHODS: dict[str, str] = {
     "nocot": "anchored_reasoning.methods.prompting:NoCoT",
     "cot": "anchored_reasoning.methods.prompting:CoT",
     "completion": "anchored_reasoning.methods.prompting:Completion",
+    "trained:nocot": f"{_ANCHORED}:TrainedNoCoT",
+    "trained:cot": f"{_ANCHORED}:TrainedCoT",
+    **{f"{prefix}{name}": f"{_ANCHORED}:{cls}" for name, cls in (("pause", "Pause"), ("acot", "ACoT"), ("stepwise", "Stepwise"))
+       for prefix in ("", "trained:")},
+    "anchor_chain": "anchored_reasoning.methods.anchor_chain:AnchorChain",
+    "trained:anchor_chain": "anchored_reasoning.methods.anchor_chain:AnchorChain",
 }
 
 
 def register_method(name: str, target: str) -> None:
+    """Register a method class as ``"package.module:Class"`` under ``name`` (``trained:<name>`` for a trained
+    format); :func:`get_method` imports it on first use."""
     _METHODS[name] = target
 
 
 def list_methods() -> list[str]:
-    _load_optional()
+    """The registered method names (``trained:<name>`` for a trained-style format), for :func:`get_method`."""
     return sorted(_METHODS)
 
 
 def get_method(name: str, style: str = "instruct", **options: Any):
     """Build method ``name``. ``style="trained"`` picks the fine-tuned format (registered as
     ``trained:<name>``, e.g. ``trained:cot``) where one exists; ``"instruct"`` the prompting one."""
-    _load_optional()
     if style not in ("instruct", "trained"):
         raise ConfigError(f"unknown method style {style!r} for method {name!r}; use 'instruct' or 'trained'")
     key = f"trained:{name}" if style == "trained" and f"trained:{name}" in _METHODS else name
@@ -71,11 +67,3 @@ def get_method(name: str, style: str = "instruct", **options: Any):
         return cls(**options)
     except TypeError as exc:  # an unknown or missing option: name it
         raise ConfigError(f"method {name!r} ({style}): bad options {sorted(options)}: {exc}") from None
-
-
-def _load_optional() -> None:
-    """Import modules that register more methods (the anchored training formats)."""
-    import importlib.util
-
-    if importlib.util.find_spec("anchored_reasoning.methods.anchored") is not None:
-        importlib.import_module("anchored_reasoning.methods.anchored")

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from anchored_reasoning.anchors import extract_anchors, logic_walk
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.generators.traces import BACK_TOKEN, BACK_WORD
-from anchored_reasoning.methods import Rendered
+from anchored_reasoning.methods.base import Rendered
 from anchored_reasoning.methods.anchored import BOA, EOA, TrainedMethod
 from anchored_reasoning.methods.answers import answer_line, require_prosqa_without_answer_line, task_name_of
 from anchored_reasoning.types import Example
@@ -33,7 +33,7 @@ class AnchorChain(TrainedMethod):
 
     Not the paper's ACoT, whose slots are never decoded: in a causal LM a slot's last-layer state
     (the one trained to predict its anchor) is read by no later position, so a shallow model cannot
-    pass what its slots predict on to the answer (benchmarks/acot_slots.py measures this). Writing the
+    pass what its slots predict on to the answer (research/ladder/acot_slots.py measures this). Writing the
     anchors out feeds each one back as an input, as CoT does, for a handful of tokens. ``max_anchors``
     (None: every anchor of the trace, so the ProsQA chain reaches the answer) caps the chain."""
 

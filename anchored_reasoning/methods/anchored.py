@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 from anchored_reasoning.anchors import extract_anchors
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.methods import Rendered, register_method
+from anchored_reasoning.methods.base import Rendered
 from anchored_reasoning.methods.answers import (  # noqa: F401  (re-exported: the trained formats' answer lines)
     ANSWER_PREFIX, GSM8K_ANSWER_PREFIX, answer_line, prosqa_answer_sentence, require_prosqa_without_answer_line,
     task_name_of,
@@ -367,11 +367,3 @@ class Stepwise(TrainedMethod):
 TRAINED_METHODS: dict[str, type[TrainedMethod]] = {
     cls.name: cls for cls in (TrainedNoCoT, TrainedCoT, Pause, ACoT, Stepwise)
 }
-
-for _name, _cls in TRAINED_METHODS.items():
-    register_method(f"trained:{_name}", f"{__name__}:{_cls.__name__}")
-for _name in ("pause", "acot", "stepwise"):  # trained-only: the plain name works too
-    register_method(_name, f"{__name__}:{TRAINED_METHODS[_name].__name__}")
-# the anchors decoded (methods/anchor_chain.py): trained-only as well
-register_method("trained:anchor_chain", "anchored_reasoning.methods.anchor_chain:AnchorChain")
-register_method("anchor_chain", "anchored_reasoning.methods.anchor_chain:AnchorChain")
