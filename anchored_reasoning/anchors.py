@@ -25,7 +25,7 @@ import dataclasses
 import re
 from typing import Callable, Hashable, Sequence, TypeVar
 
-from anchored_reasoning.generators.logic_text import (  # noqa: F401 - re-exported: the anchors of logic traces
+from anchored_reasoning.generators.logic_words import (  # noqa: F401 - re-exported: the anchors of logic traces
     LOGIC_STOPWORDS, dedupe as _dedupe, logic_nodes, logic_walk, singular,
 )
 from anchored_reasoning.types import Example

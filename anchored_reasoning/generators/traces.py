@@ -15,7 +15,7 @@ queried property can make. Read *backward* from the property, the same rules nee
 
 In the 9,000 training and 800 test problems of the real 5-hop split, the queried property ends exactly
 two rules (the chain's and a distractor's with its opposite), the distractor's concept has no
-sub-concept, and every concept on the chain has exactly one (``benchmarks/trace_order.py`` counts
+sub-concept, and every concept on the chain has exactly one (``research/ladder/trace_order.py`` counts
 this): after the first rule, each backward step is a lookup of the one rule that ends in the previous
 step's subject. The backward trace keeps the proof's sentences verbatim (each rule as the question
 states it) and ends with the same conclusion, so the answer line and grading are unchanged.
@@ -24,7 +24,7 @@ A ProsQA problem asks which of two options the entity is. Forward from the entit
 several children and only a look-ahead to the options picks the right one (a random forward walk from
 the entity reaches the answer 16% of the time on the real test); *backward* from an option almost every
 walk reaches an entity (a random walk over parents reaches the asked entity from the answer 96% of the
-time; `benchmarks/trace_order.py`), and the two options' ancestors lead to different entities. ``options_backward`` writes, for each
+time; `research/ladder/trace_order.py`), and the two options' ancestors lead to different entities. ``options_backward`` writes, for each
 option in the question's order, the walk back from it to the entity it comes from, each step a fact of
 the question verbatim and each walk headed by its option::
 
@@ -58,7 +58,7 @@ import re
 from typing import Callable, Sequence
 
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.generators.logic_text import BACK_UP, BACK_WORD, STEP, logic_nodes, singular  # noqa: F401 - BACK_UP, STEP re-exported
+from anchored_reasoning.generators.logic_words import BACK_UP, BACK_WORD, STEP, logic_nodes, singular  # noqa: F401 - BACK_UP, STEP re-exported
 from anchored_reasoning.types import Example
 
 TRACE_ORDERS = ("forward", "backward", "options_backward", "dfs", "dfs_paths")
