@@ -17,7 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from ..errors import AnchoredReasoningError
+try:  # a checkpoint's copy of this file (trust_remote_code, see models/__init__.py) runs without the library
+    from anchored_reasoning.errors import AnchoredReasoningError
+except ImportError:  # pragma: no cover - only in such a copy
+    class AnchoredReasoningError(Exception):
+        """Stands in for the library's base error where the library is not installed."""
 
 #: The log-probability SUBS gives to impossible tokens. Finite (MDLM uses the same value) so that
 #: ``0 * NEG_INF`` stays finite in gradients, yet ``exp(NEG_INF) == 0`` exactly in float32/bfloat16.

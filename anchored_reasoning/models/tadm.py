@@ -42,7 +42,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 
-from ..errors import ConfigError
+try:  # a checkpoint's copy of this file (trust_remote_code, see models/__init__.py) runs without the library
+    from anchored_reasoning.errors import ConfigError
+except ImportError:  # pragma: no cover - only in such a copy
+    ConfigError = ValueError
 from .adlm import ADLMConfig
 from .blocks import Block, Encoder, subs_log_probs
 from .mdlm import DiffusionLMOutput, DiffusionPreTrainedModel, MDLMConfig
