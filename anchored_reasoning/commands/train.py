@@ -6,7 +6,10 @@
 
 RECIPE is a file path or the name of a recipe in ``train/`` (``$ANCHORED_REASONING_TRAIN_DIR`` first).
 The recipe's ``trainer:`` key picks the trainer (``ar`` for causal LMs, ``diffusion`` for MDLM/ADLM,
-``tadm``); overrides are dotted keys with YAML values. Every key is validated before training starts.
+``tadm``, ``grpo``); overrides are dotted keys with YAML values. Every key and every value is checked
+before any data or model loads: an unknown key is named with a close match, and a value of the wrong
+type or out of range (``training.max_steps=-5``, ``training.learning_rate=1e-3e``) fails naming the key,
+the value and what it accepts. ``--dry-run`` runs the same checks and prints the resolved recipe.
 
 Checkpoints are saved along the way into ``output_dir`` (``training.save_steps``,
 ``training.save_every_minutes``, ``training.save_total_limit``); rerunning the same command resumes
@@ -39,15 +42,19 @@ def register(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from anchored_reasoning.train import get_trainer
+    from anchored_reasoning.train import TRAINERS, get_trainer
     from anchored_reasoning.train.recipes import apply_overrides, load_recipe, resolve
 
     recipe = load_recipe(args.recipe)
     trainer_name = apply_overrides(recipe, args.overrides).get("trainer")
     if not trainer_name:
-        raise ConfigError(f"recipe {recipe.get('_source', args.recipe)} has no 'trainer:' key (ar or diffusion)")
+        raise ConfigError(f"recipe {recipe.get('_source', args.recipe)} has no 'trainer:' key "
+                          f"({', '.join(TRAINERS)})")
     if args.dry_run:
-        resolved = resolve(recipe, args.overrides) if trainer_name == "ar" else apply_overrides(recipe, args.overrides)
+        # the trainer's own resolver (its key schema + the value checks); ar's is recipes.resolve
+        module = sys.modules[get_trainer(trainer_name).__module__]
+        resolve_recipe = getattr(module, "resolve_recipe", None) or (lambda r, o: resolve(r, o, trainer=trainer_name))
+        resolved = resolve_recipe(recipe, args.overrides)
         json.dump({k: v for k, v in resolved.items() if not str(k).startswith("_")}, sys.stdout, indent=2, default=str)
         print()
         return 0

@@ -14,7 +14,9 @@ A recipe names its trainer (``trainer: ar``) and groups its settings::
 
 ``anchored-reasoning train RECIPE training.learning_rate=3e-4 method.options.k=2`` overrides any
 key; values are parsed as YAML (``1e-3``, ``true``, ``[1, 2]``). An unknown key -- in the file or in
-an override -- fails before training starts with a :class:`ConfigError` that names it.
+an override -- fails before training starts with a :class:`ConfigError` that names it (and a close
+match); so does a value of the wrong type or out of range (:mod:`.recipe_values`: the key, the value and
+what it accepts), before any data or model loads.
 """
 from __future__ import annotations
 
@@ -212,13 +214,18 @@ def resolve(
     schema: Mapping[str, Any] = AR_SCHEMA,
     trainer: str | None = None,
 ) -> dict[str, Any]:
-    """Load (if a name/path), apply overrides, validate against ``schema``. Returns the final recipe dict.
+    """Load (if a name/path), apply overrides, validate the keys against ``schema`` and every value's type
+    and range (:func:`~anchored_reasoning.train.recipe_values.check_values`). Returns the final recipe dict,
+    with number strings such as YAML 1.1's ``1e-3`` made numbers.
 
     With ``trainer``, a recipe that names another trainer is refused (a missing ``trainer:`` key is taken
-    to mean this one)."""
+    to mean this one); without, the recipe's own ``trainer:`` (default ``ar``) picks the value specs."""
+    from anchored_reasoning.train.recipe_values import check_values
+
     recipe = load_recipe(name_or_path) if not isinstance(name_or_path, Mapping) else dict(name_or_path)
     recipe = apply_overrides(recipe, list(overrides))
     validate(recipe, schema)
     if trainer is not None and recipe.get("trainer", trainer) != trainer:
         raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the {trainer!r} trainer")
+    recipe = check_values(recipe, trainer or recipe.get("trainer") or "ar")  # before anything is looked up
     return recipe
