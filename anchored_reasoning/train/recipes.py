@@ -220,6 +220,7 @@ def resolve(
 
     With ``trainer``, a recipe that names another trainer is refused (a missing ``trainer:`` key is taken
     to mean this one); without, the recipe's own ``trainer:`` (default ``ar``) picks the value specs."""
+    from anchored_reasoning.models.zoo import check_model_reference
     from anchored_reasoning.train.recipe_values import check_values
 
     recipe = load_recipe(name_or_path) if not isinstance(name_or_path, Mapping) else dict(name_or_path)
@@ -228,4 +229,5 @@ def resolve(
     if trainer is not None and recipe.get("trainer", trainer) != trainer:
         raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the {trainer!r} trainer")
     recipe = check_values(recipe, trainer or recipe.get("trainer") or "ar")  # before anything is looked up
+    check_model_reference((recipe.get("model") or {}).get("name"))  # a missing path or mistyped alias fails here
     return recipe
