@@ -9,6 +9,7 @@ Rerunning the same command into the same ``--out`` resumes (finished samples are
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import logging
@@ -44,6 +45,50 @@ def build_backend(args: argparse.Namespace):
         raise ConfigError(f"backend {args.backend!r} does not accept these options {sorted(options)}: {exc}") from None
 
 
+def _choose_backend(args: argparse.Namespace, local: str | None) -> None:
+    """Set ``args.backend``: as given, else ``diffusion`` for a local diffusion checkpoint, else ``hf``.
+    A diffusion checkpoint asked for with ``--backend hf`` or ``vllm`` is refused in one line."""
+    from anchored_reasoning.models.zoo import checkpoint_kind
+
+    kind, why = checkpoint_kind(local) if local else (None, "")
+    if kind == "diffusion" and args.backend is None:
+        log.info("%s is a diffusion checkpoint (%s): evaluating with --backend diffusion", local, why)
+        args.backend = "diffusion"
+    elif kind == "diffusion" and args.backend in ("hf", "vllm"):
+        raise ConfigError(f"{local} is a diffusion checkpoint ({why}); --backend {args.backend} loads causal LMs "
+                          "only: use --backend diffusion (or leave --backend out)")
+    args.backend = args.backend or "hf"
+
+
+def check_before_loading(args: argparse.Namespace, task: Any, method_options: dict[str, Any]) -> Any:
+    """Check what needs no model before the model loads: ``--split``, ``--limit``, ``--n``, the
+    ``--method`` name, the ``--model`` reference (missing path, mistyped alias) and the backend that fits
+    the checkpoint. Returns the method when it is already known (a local checkpoint or a ``--method``
+    name), else None (an alias or Hub id may carry its own metadata, read once it is resolved)."""
+    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.methods import list_methods
+    from anchored_reasoning.models.zoo import ALIASES, check_model_reference
+
+    splits = [str(s) for s in (getattr(task, "splits", None) or [])]
+    if splits and args.split not in splits:
+        raise ConfigError(f"task {args.task!r} has no split {args.split!r}; --split takes one of: {', '.join(splits)}")
+    for flag, value in (("--limit", args.limit), ("--n", args.n)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} {value}: must be >= 1" + (" (omit it for the whole split)" if flag == "--limit" else ""))
+    known = sorted({m.removeprefix("trained:") for m in list_methods()})
+    if args.method and args.method.removeprefix("trained:") not in known:
+        close = difflib.get_close_matches(args.method, known, n=2)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown --method {args.method!r}{hint} (known: {', '.join(known)})")
+    local = args.model if Path(str(args.model)).is_dir() else None
+    if args.backend != "openai":  # an OpenAI-compatible server's model is a served name, not a reference
+        check_model_reference(args.model)
+    _choose_backend(args, local)
+    if local or args.method or args.model not in ALIASES:
+        return build_method(args.method, local, **method_options)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "quiet", False):  # also for suites, which read --no-progress
         from anchored_reasoning.commands import quiet_console
@@ -60,16 +105,18 @@ def run(args: argparse.Namespace) -> int:
     missing = [flag for flag, value in (("--task", args.task), ("--model", args.model), ("--out", args.out)) if not value]
     if missing:
         raise ConfigError(f"eval needs {', '.join(missing)} (or a suite file as the only argument)")
-    from anchored_reasoning.eval.runner import build_method, run_eval
+    from anchored_reasoning.eval.runner import run_eval
     from anchored_reasoning.eval.report import markdown_table
     from anchored_reasoning.tasks import get_task
 
     task = get_task(args.task)
+    method_options = parse_key_values(args.method_arg, "--method-arg")
+    method = check_before_loading(args, task, method_options)
     backend = build_backend(args)
-    model_path = getattr(backend, "model_path", None)
-    if model_path is None and Path(str(args.model)).is_dir():
-        model_path = args.model
-    method = build_method(args.method, model_path, **parse_key_values(args.method_arg, "--method-arg"))
+    if method is None or not Path(str(args.model)).is_dir():  # an alias's metadata is known once it is resolved
+        from anchored_reasoning.eval.runner import build_method
+
+        method = build_method(args.method, getattr(backend, "model_path", None), **method_options)
     summary = run_eval(
         task,
         backend,
@@ -106,7 +153,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, help="generation budget per sample (default from the task)")
     p.add_argument("--stop", action="append", help="stop string (repeatable; replaces the task's)")
     p.add_argument("--batch-size", type=int, help="prompts per generation batch")
-    p.add_argument("--backend", default="hf", help="hf, openai, vllm or diffusion (default: hf)")
+    p.add_argument("--backend", help="hf, openai, vllm or diffusion (default: diffusion for a diffusion checkpoint, "
+                                     "else hf)")
     p.add_argument("--backend-arg", action="append", metavar="KEY=VALUE", help="backend option, e.g. dtype=bfloat16 (repeatable)")
     p.add_argument("--base-url", help="server URL for the openai backend")
     p.add_argument("--api-key-env", help="environment variable holding the API key (openai backend)")
