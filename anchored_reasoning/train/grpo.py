@@ -33,7 +33,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 import torch
 
@@ -122,6 +122,23 @@ def start_meta(name: str | None) -> dict[str, Any] | None:
     from anchored_reasoning.models.zoo import resolve_model
 
     return read_checkpoint_meta(resolve_model(str(name))) if name else None
+
+
+def _no_task(model_cfg: Mapping[str, Any]) -> NoReturn:
+    """Raise the reason a recipe without ``task`` has none: no start model, a start that is no local checkpoint
+    (not trained yet, or a mistyped path), or a checkpoint whose metadata names no task."""
+    from anchored_reasoning.models.zoo import ALIASES
+
+    name = model_cfg.get("name")
+    if not name and not model_cfg.get("preset"):
+        why = "model.name is not set; give the start checkpoint, e.g. model.name=runs/<your SFT run>"
+    elif name and str(name) not in ALIASES and not Path(str(name)).expanduser().is_dir():
+        why = (f"the start checkpoint {name!r} does not exist here ({Path(str(name)).expanduser().absolute()}), so "
+               f"there is no {CHECKPOINT_META} to read the task from; train it first or fix model.name "
+               "(a Hub model needs task=<name>)")
+    else:
+        why = f"the start model {name or 'model.preset'!r} has no {CHECKPOINT_META} naming one; set task=<name>"
+    raise ConfigError(f"recipe needs 'task': {why}")
 
 
 @dataclass
@@ -228,6 +245,7 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
     recipe = resolve_recipe(recipe, overrides)
     output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'grpo'))).stem}")
     meta = start_meta((recipe.get("model") or {}).get("name"))
+    task_name = recipe.get("task") or (meta or {}).get("task") or _no_task(recipe.get("model") or {})
     if meta and meta.get("backend") == "diffusion":
         from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
 
@@ -239,9 +257,6 @@ def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> P
             raise ConfigError("recipe 'sampler' applies to diffusion checkpoints only; this start model is a causal LM")
         config = make_config(recipe, output_dir, AnchoredGRPOConfig)  # bad values fail before any data or model work
     check_generation_backend(config)
-    task_name = recipe.get("task") or (meta or {}).get("task")
-    if not task_name:
-        raise ConfigError("recipe needs 'task' (or a checkpoint whose anchored_reasoning.json names one)")
     task = get_task(task_name)
     prompting = choose_method(recipe, meta)
     data = dict(recipe.get("data") or {})
