@@ -38,7 +38,7 @@ test: install
 test-fast:
 	$(PYTHON) -m pytest -q -ra -m "not slow"
 
-# pyflakes' rules (unused or undefined names) over the package, benchmarks and tests; deliberate
-# side-effect imports (model registration) carry `# noqa: F401`, which ruff honours
+# pyflakes' rules (unused or undefined names) over the package, benchmarks, the research archive and tests;
+# deliberate side-effect imports (model registration) carry `# noqa: F401`, which ruff honours
 lint:
-	$(PYTHON) -m ruff check --no-cache --select F anchored_reasoning benchmarks tests
+	$(PYTHON) -m ruff check --no-cache --select F anchored_reasoning benchmarks research tests

@@ -1,6 +1,6 @@
 """ACoT vs CoT, No-CoT, pause and stepwise at an equal training budget, several seeds, real test splits.
 
-    ANCHORED_REASONING_DATA=../shared/data python benchmarks/acot_vs_cot.py --train-seconds 30 --seeds 0 1 2
+    ANCHORED_REASONING_DATA=../shared/data python -m benchmarks.acot_vs_cot --train-seconds 30 --seeds 0 1 2
 
 For each task (ProsQA: real test, 500 problems; ProntoQA: real test, 800 problems) and each method
 (acot, cot, pause, nocot, stepwise), for each seed: trains a GPT-2-class model from scratch for the
@@ -33,9 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from anchored_reasoning.machine import machine_info
+from benchmarks.common import OPTIONS, backbone_of, run_one
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("acot_vs_cot")
 
@@ -45,27 +46,6 @@ METHODS = ["acot", "cot", "pause", "nocot", "stepwise"]
 EXTRA_METHODS = ["anchor_chain"]
 #: Method pairs compared per problem in ``goals`` when both ran.
 PAIRS = [("cot", "nocot"), ("acot", "cot"), ("acot", "pause"), ("anchor_chain", "cot"), ("anchor_chain", "nocot")]
-OPTIONS = {
-    "prosqa": {
-        "acot": {"k": 6, "remove_steps_per_stage": 1},
-        "pause": {"k": 6, "remove_steps_per_stage": 1},
-        "stepwise": {"stages": 6, "remove_steps_per_stage": 1},
-        "cot": {},
-        "nocot": {},
-        "anchor_chain": {},
-    },
-    "prontoqa": {
-        "acot": {"k": 6},
-        "pause": {"k": 6},
-        "stepwise": {"stages": 6, "remove_steps_per_stage": 1},
-        "cot": {},
-        "nocot": {},
-        "anchor_chain": {},
-    },
-}
-# Longest gold CoT target (+ EOS) of each real test split in the logic-gpt2 tokenizer: 53 tokens (ProsQA,
-# median 37) and 96 (ProntoQA, median 79); the caps leave headroom without letting an untrained model babble.
-MAX_NEW_TOKENS = {"prosqa": 56, "prontoqa": 112}
 
 
 def parse_args(argv=None):
@@ -114,49 +94,6 @@ def task_data(task: str, args) -> tuple[list, list]:
     return train, test
 
 
-def run_one(task: str, method: str, seed: int, train: list, test: list, tokenizer: Path, args) -> dict[str, Any]:
-    from anchored_reasoning import demo
-    from anchored_reasoning.train import ar
-
-    run_dir = Path(args.work) / task / method / f"seed{seed}"
-    ckpt = run_dir / "model"
-    settings = demo.DemoSettings(seed=seed, backbone=_backbone(args), preset=args.preset, learning_rate=args.lr,
-                                 batch_size=args.batch_size, trace="forward", step_separator="\n")
-    recipe = demo.method_recipe(method, settings, tokenizer, ckpt, args.train_seconds, task=task,
-                                options=OPTIONS[task][method])
-    recipe["training"]["max_length"] = 512 if _backbone(args) else 1024  # the backbone has 512 positions
-    if args.train_steps:
-        recipe["training"]["max_steps"] = args.train_steps
-        recipe["training"]["max_train_seconds"] = None
-    if getattr(args, "extend", False):  # go on from a finished shorter run's last checkpoint (same first steps)
-        recipe["training"]["extend_max_steps"] = True
-    # Always through the trainer: a finished run with the same recipe and examples returns at once, one
-    # with other settings (steps, trace, backbone, data) is refused with the differing keys, not reused.
-    ar.run_with_examples(recipe, train, [])
-    summary = json.loads((ckpt / "train_summary.json").read_text())
-    ev = demo.evaluate(str(ckpt), test, run_dir / "eval_test", MAX_NEW_TOKENS[task], task=task)
-    records = [json.loads(line) for line in (run_dir / "eval_test" / "records.jsonl").read_text().splitlines() if line.strip()]
-    return {
-        "seed": seed,
-        "accuracy": ev["accuracy"],
-        "accuracy_ci95": ev["accuracy_ci95"],
-        "mean_generated_tokens": ev["mean_generated_tokens"],
-        "no_answer": ev["no_answer"],
-        "steps": summary["global_steps"],
-        "train_seconds": summary["train_seconds"],  # this session's; an extended or resumed run's total is below
-        "train_seconds_all_sessions": summary.get("train_seconds_all_sessions", summary["train_seconds"]),
-        "final_stage": summary["final_stage"],
-        "stages_planned": summary["stages_planned"],
-        "_correct": {r["id"]: bool(r["correct"]) for r in records},
-    }
-
-
-def _backbone(args) -> str | None:
-    from anchored_reasoning.demo import parse_backbone
-
-    return parse_backbone(args.backbone)
-
-
 def aggregate(per_seed: list[dict[str, Any]], budget: dict[str, Any]) -> dict[str, Any]:
     from anchored_reasoning.eval.metrics import mean_ci, per_problem_over_seeds
 
@@ -198,7 +135,7 @@ def step_time(args) -> dict[str, Any]:
     examples = generate_dataset(args.batch_size, seed=999, split="bench-steptime")
     method = get_method("acot", style="trained", k=6)  # 6 [ANT] slots with anchors, full CoT target
     work = Path(args.work) / "step_time"
-    spec = {"name": _backbone(args)} if _backbone(args) else {"preset": args.preset, "tokenizer": "train"}
+    spec = {"name": backbone_of(args)} if backbone_of(args) else {"preset": args.preset, "tokenizer": "train"}
     model, tok = build_model_and_tokenizer(spec,
                                            training_texts(examples, method, "prosqa"), work, 0)
     batch = AnchoredCollator(tok, method, task="prosqa")([{"example": r} for r in examples_dataset(examples)["example"]])
@@ -241,7 +178,7 @@ def step_time(args) -> dict[str, Any]:
         "repeats": args.step_time_repeats,
         "batch": {"examples": args.batch_size, "tokens": int(batch["attention_mask"].sum()),
                   "anchor_labels": int((batch["anchor_labels"] != -100).sum())},
-        "model": _backbone(args) or args.preset,
+        "model": backbone_of(args) or args.preset,
         "threads": torch.get_num_threads(),
         "goal": "<= 1.10",
         "what": "training_step + optimizer step of AnchoredSFTTrainer (LM + anchor loss) vs TRL SFTTrainer "
@@ -325,14 +262,14 @@ def main(argv=None) -> int:
     st = None if args.skip_step_time else step_time(args)
     if st:
         log.info("step time: ACoT / SFT = %.3f", st["acot_over_sft"])
-    model = f"{_backbone(args)} fine-tuned" if _backbone(args) else f"{args.preset} from scratch"
+    model = f"{backbone_of(args)} fine-tuned" if backbone_of(args) else f"{args.preset} from scratch"
     budget = {"train_seconds_per_run": None if args.train_steps else args.train_seconds,
               "train_steps_per_run": args.train_steps, "model": model, "lr": args.lr,
               "batch_size": args.batch_size, "torch_threads": args.threads, "trace": args.trace}
     for task in args.tasks:
         train, test = task_data(task, args)
         tok_dir = Path(args.work) / task
-        if _backbone(args):
+        if backbone_of(args):
             tokenizer = None  # the backbone's own
         elif task == "prosqa":
             tokenizer = shared_tokenizer(train, tok_dir, args.methods)
@@ -391,7 +328,7 @@ def _write(out: Path, results: dict[str, Any], args, t_start: float) -> None:
         merged["machine"] = machine_info(torch_threads=args.threads,
                                          **({"note": args.machine_note} if args.machine_note else {}))
         merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = "python benchmarks/acot_vs_cot.py " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.acot_vs_cot " + " ".join(sys.argv[1:])
         commands = merged.setdefault("commands", {})
         for key in args.tasks:
             commands[key] = command

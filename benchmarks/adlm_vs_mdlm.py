@@ -1,7 +1,7 @@
 """ADLM vs MDLM: perplexity bound at equal training tokens and at equal training FLOPs, anchored vs
 plain diffusion SFT on ProsQA, and each sampler's tokens/s at equal steps -- side by side, one run.
 
-    OMP_NUM_THREADS=2 ANCHORED_REASONING_DATA=../shared/data python benchmarks/adlm_vs_mdlm.py
+    OMP_NUM_THREADS=2 ANCHORED_REASONING_DATA=../shared/data python -m benchmarks.adlm_vs_mdlm
 
 What it does (every budget is a flag; defaults are sized for a shared 2-core CPU, ~25 minutes):
 
@@ -259,7 +259,7 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
     from anchored_reasoning.train.data_sources import generate_examples
     from anchored_reasoning.train.diffusion import run as train_run
 
-    params = {"num_nodes": args.sft_nodes, "min_hops": 1, "max_hops": 2}
+    params = {"num_nodes": args.sft_nodes, "min_hops": 1, "max_hops": 2, "neg_depth": "any"}  # as the recipe pins
     heldout = generate_examples("prosqa", args.sft_eval_n, 10_000, params, split="heldout")
     method = get_method(args.sft_method, style="trained")
     sft: dict[str, Any] = {"setup": {"task": "prosqa (generated)", "generator_params": params, "train_n": args.sft_n,
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     t0 = time.perf_counter()
     result: dict[str, Any] = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
-                              "command": "python benchmarks/adlm_vs_mdlm.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+                              "command": "python -m benchmarks.adlm_vs_mdlm " + " ".join(sys.argv[1:] if argv is None else argv)}
     if not args.skip_ppl:
         model, tok = part_ppl(args, work, result, out)
         if not args.skip_samplers:

@@ -1,8 +1,8 @@
 """The depth ladder: accuracy vs reasoning depth for every method, on problems without shortcuts.
 
-    python benchmarks/depth_ladder.py --hops 1 2 3 4 --seeds 0 1 2 --train-steps 1500 --threads 1
-    python benchmarks/depth_ladder.py --methods cot nocot --seeds 0 --train-steps 300    # a slice
-    python benchmarks/depth_ladder.py --trace dfs --backbone logic-gpt2-search --lr 3e-4 --train-steps 600 \
+    python -m benchmarks.depth_ladder --hops 1 2 3 4 --seeds 0 1 2 --train-steps 1500 --threads 1
+    python -m benchmarks.depth_ladder --methods cot nocot --seeds 0 --train-steps 300    # a slice
+    python -m benchmarks.depth_ladder --trace dfs --backbone logic-gpt2-search --lr 3e-4 --train-steps 600 \
         --seeds 0 --out benchmarks/results/depth_ladder_search.json        # on the written search
 
 Each run fine-tunes the backbone (default: the shipped ``logic-gpt2-shift``) with one method on an equal
@@ -23,7 +23,7 @@ hidden ablations):
     acot_keep         ACoT without step removal (slots grow, the steps stay)
     stepwise          stepwise CoT removal (iCoT-style), no slots
     anchor_chain      the anchors decoded as a terse chain ("Tom terpus lempus"), then the answer (not the
-                      paper's ACoT: its slots are never decoded; benchmarks/acot_slots.py says why it matters)
+                      paper's ACoT: its slots are never decoded; research/ladder/acot_slots.py says why it matters)
     anchor_walk       anchor_chain with the node each step arrives at, so a written search's back-ups stay
                       ("Rex rempus impus rempus lempus"): with ``--trace dfs``, the search in anchors only
     anchor_walk_back  anchor_walk with each back-up marked ("Rex rempus impus Back rempus lempus")
@@ -39,7 +39,7 @@ Writes ``benchmarks/results/depth_ladder.json`` (merged under a lock: one proces
 disjoint slices at once) and ``depth_ladder.png``. Finished runs are reused and killed ones resume: rerun
 the same command; a work folder holding a run with other settings is refused with the keys that differ,
 and so is a JSON of another budget (steps, lr, batch, generation budget: a method trained longer goes to
-its own ``--out``; ``benchmarks/ladder_pairs.py`` pairs it with this ladder's methods).
+its own ``--out``; ``research/ladder/ladder_pairs.py`` pairs it with this ladder's methods).
 ``goals`` holds the paired comparisons per depth (CoT - No-CoT, anchor_chain / anchor_walk - CoT, the paper's hidden
 ablations: ACoT - pause_as_thought, ACoT - acot_keep, ACoT - stepwise, pause_as_thought - pause) and the
 issue's goal check; ``--regoal`` recomputes them and the plot from the kept runs without training
@@ -56,9 +56,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from anchored_reasoning.machine import machine_info
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("depth_ladder")
 
@@ -296,7 +296,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def ladder_problems(hops: list[int], eval_n: int, train_n: int, trace: str = "forward") -> tuple[list, list, dict[str, int]]:
     """(training problems, held-out problems, hops by held-out id): the same problems for every run and
-    seed of the ladder (and for benchmarks/acot_slots.py, which reads the ladder's models); ``trace``
+    seed of the ladder (and for research/ladder/acot_slots.py, which reads the ladder's models); ``trace``
     writes the training problems' reasoning (the held-out problems are the same for every trace)."""
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import hops_of
@@ -341,7 +341,7 @@ def main(argv=None) -> int:
 
 #: setup keys two invocations must share to merge into one JSON: the same problems, backbone and trace, and
 #: the same training and generation budget (a ladder compares methods at equal steps; a longer run of one
-#: method goes to its own --out, and benchmarks/ladder_pairs.py compares across the two)
+#: method goes to its own --out, and research/ladder/ladder_pairs.py compares across the two)
 SAME_EXPERIMENT = ("hops", "train_problems", "held_out_per_depth", "backbone", "trace", "step_separator",
                    "train_steps_per_run", "batch_size", "lr", "k", "tokens_per_anchor", "min_steps_per_stage",
                    "max_new_tokens")
@@ -432,7 +432,7 @@ def _write(out: Path, runs: dict[str, list[dict[str, Any]]], hops: dict[str, int
             merged["machine"] = machine_info(torch_threads=args.threads,
                                              **({"note": args.machine_note} if args.machine_note else {}))
             merged["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-            merged.setdefault("commands", {})[" ".join(args.methods)] = "python benchmarks/depth_ladder.py " + " ".join(sys.argv[1:])
+            merged.setdefault("commands", {})[" ".join(args.methods)] = "python -m benchmarks.depth_ladder " + " ".join(sys.argv[1:])
             merged.setdefault("wall_seconds", {})[" ".join(args.methods)] = round(time.monotonic() - t0, 1)
         out.write_text(json.dumps(merged, indent=1, default=str) + "\n")
     plot(methods, out.with_suffix(".png"))

@@ -1,9 +1,9 @@
 """Fast-dLLM's approximate KV cache for block sampling: tokens/s and agreement with uncached outputs.
 
-    OMP_NUM_THREADS=1 python benchmarks/diffusion_cache.py --workdir runs/tadm_bench \\
+    OMP_NUM_THREADS=1 python -m benchmarks.diffusion_cache --workdir runs/tadm_bench \\
         --out benchmarks/results/diffusion_cache.json
 
-Models: the logic-text ADLM and T-ANELBO TADM of ``benchmarks/tadm_speed.py --stale-contrast``
+Models: the logic-text ADLM and T-ANELBO TADM of ``benchmarks.tadm_stale_contrast``
 (reused from ``WORKDIR`` when that ran, trained here the same way otherwise): width 128, 4 blocks,
 trained on small generated ProsQA documents (facts -> 1-2 hop derivation), logic-gpt2 tokenizer.
 
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import logging
 import sys
 import types
-from pathlib import Path
 
 import torch
+
+from anchored_reasoning.machine import machine_info
+from benchmarks.common import judge_ppl, logic_rows, trained_stale_model, window_batch, write_result
 
 logger = logging.getLogger("diffusion_cache")
 
@@ -44,34 +45,31 @@ def main(argv=None) -> int:
     p.add_argument("--ks", type=int, nargs="+", default=[1, 3])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--train-steps", type=int, default=400, help="as tadm_speed.py --stale-steps (finds its checkpoints)")
+    p.add_argument("--train-steps", type=int, default=400, help="as tadm_stale_contrast --stale-steps (finds its checkpoints)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from tadm_speed import machine_info
-    from tadm_stale_contrast import batch, judge_ppl, make_rows, trained
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from anchored_reasoning.models.zoo import resolve_model
     from anchored_reasoning.sampling import SamplerConfig, sample
     from anchored_reasoning.sampling.kv_cache import KVCacheModelFn
 
-    command = "python benchmarks/diffusion_cache.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.diffusion_cache " + " ".join(argv if argv is not None else sys.argv[1:])
     window = args.gen_length
     tok = AutoTokenizer.from_pretrained(resolve_model("logic-gpt2"))
     judge = AutoModelForCausalLM.from_pretrained(resolve_model("logic-gpt2")).eval()
     train_args = types.SimpleNamespace(stale_steps=args.train_steps, stale_batch=32, stale_lr=1.5e-3, hidden=args.hidden,
                                        workdir=args.workdir)
-    train_rows = make_rows(tok, 20000, 0, window)
-    contrast_held = make_rows(tok, 64, 10_000, window)  # only for the same max length as the contrast run
+    train_rows = logic_rows(tok, 20000, 0, window)
+    contrast_held = logic_rows(tok, 64, 10_000, window)  # only for the same max length as the contrast run
     max_len = max(len(f) for f, _ in train_rows + contrast_held) + window
-    held = make_rows(tok, args.n, 20_000, window)
-    ids, am, _ = batch(held, tok.pad_token_id)
+    held = logic_rows(tok, args.n, 20_000, window)
+    ids, am, _ = window_batch(held, tok.pad_token_id)
     width = ids.shape[1] - window
     prompts, prompt_am = ids[:, :width], am[:, :width]
-    models = {kind: trained(kind, tok, train_rows, train_args, window, max_len + 8)[0] for kind in ("adlm", "tadm")}
+    models = {kind: trained_stale_model(kind, tok, train_rows, train_args, window, max_len + 8)[0] for kind in ("adlm", "tadm")}
     base = SamplerConfig(remasking="low_confidence", steps=window, gen_length=window, block_length=args.block_length,
                          temperature=0.0)
     runs = {}
@@ -118,19 +116,16 @@ def main(argv=None) -> int:
     result = {
         "benchmark": "diffusion_cache",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine_info("shared 2-core CPU; other jobs ran at the same time, configurations timed in turn"),
+        "machine": machine_info(note="configurations timed in turn"),
         "command": command,
-        "setup": {"models": f"logic-text ADLM / T-ANELBO TADM from tadm_speed.py --stale-contrast ({args.workdir})",
+        "setup": {"models": f"logic-text ADLM / T-ANELBO TADM of tadm_stale_contrast ({args.workdir})",
                   "prompts": f"facts of {args.n} held-out small ProsQA documents (seed 20000), one left-padded batch",
                   "sampler": f"low_confidence greedy, {window} tokens in blocks of {args.block_length}, one token per step",
                   "timing": f"median of {args.repeats} runs per configuration, configurations interleaved",
                   "judge": "logic-gpt2 generative perplexity given the facts"},
         "results": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    logger.info("wrote %s", out)
+    write_result(args.out, result)
     return 0
 
 

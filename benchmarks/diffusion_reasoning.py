@@ -1,10 +1,10 @@
 """MDLM vs ADLM vs TADM (anchor refreshed every K steps) on a reasoning task: held-out accuracy and tokens/s.
 
     # one process per seed, one thread each (a 2-core machine: two at a time)
-    OMP_NUM_THREADS=1 python benchmarks/diffusion_reasoning.py run --seed 0 --workdir runs/diffusion_reasoning
-    OMP_NUM_THREADS=1 python benchmarks/diffusion_reasoning.py run --seed 1 --workdir runs/diffusion_reasoning
-    OMP_NUM_THREADS=1 python benchmarks/diffusion_reasoning.py run --seed 2 --workdir runs/diffusion_reasoning
-    python benchmarks/diffusion_reasoning.py aggregate --workdir runs/diffusion_reasoning \\
+    OMP_NUM_THREADS=1 python -m benchmarks.diffusion_reasoning run --seed 0 --workdir runs/diffusion_reasoning
+    OMP_NUM_THREADS=1 python -m benchmarks.diffusion_reasoning run --seed 1 --workdir runs/diffusion_reasoning
+    OMP_NUM_THREADS=1 python -m benchmarks.diffusion_reasoning run --seed 2 --workdir runs/diffusion_reasoning
+    python -m benchmarks.diffusion_reasoning aggregate --workdir runs/diffusion_reasoning \\
         --out benchmarks/results/diffusion_reasoning.json
 
 Per seed, ``run``:
@@ -53,7 +53,6 @@ import argparse
 import datetime as dt
 import json
 import logging
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -62,6 +61,7 @@ import numpy as np
 import torch
 
 from anchored_reasoning.machine import machine_info
+from benchmarks.common import timed_pass
 
 logger = logging.getLogger("diffusion_reasoning")
 CHANCE = 0.5
@@ -115,25 +115,6 @@ def held_out(args) -> list:
     if len(held) < args.n:
         raise RuntimeError(f"only {len(held)} held-out problems unseen in training; lower --n")
     return held
-
-
-def timed_pass(model, tok, method, examples, out_dir: Path, *, gen_length: int, batch_size: int,
-               **sampler) -> tuple[dict, float]:
-    """One greedy ProsQA pass of the evaluation runner on the diffusion backend (``gen_length`` tokens in
-    as many steps, low-confidence remasking, these sampler options), from scratch; (summary with the
-    backend's ``anchor_refresh_fraction``, wall seconds). Also ``tadm_speed.py``'s evaluation."""
-    from anchored_reasoning.backends.diffusion import DiffusionBackend
-    from anchored_reasoning.eval.runner import run_eval
-
-    backend = DiffusionBackend(model, tokenizer=tok, sampler="low_confidence", steps=gen_length, gen_length=gen_length,
-                               batch_size=batch_size, device="cpu", **sampler)
-    shutil.rmtree(out_dir, ignore_errors=True)  # a resumed pass would skip generation and its timing
-    t0 = time.perf_counter()
-    summary = run_eval("prosqa", backend, method, out_dir=out_dir, examples=examples, max_new_tokens=gen_length,
-                       progress=False)
-    secs = time.perf_counter() - t0
-    summary["anchor_refresh_fraction"] = backend.anchor_refresh_fraction  # None without an anchor cache
-    return summary, secs
 
 
 def evaluate(model, tok, method, examples, sampler: dict, out_dir: Path, args) -> tuple[dict, list[bool], float]:
@@ -220,7 +201,7 @@ def run_main(args) -> int:
     result.update({
         "seed": args.seed, "held_out_ids": [ex.id for ex in held],
         "budget": {name: {"steps": s["global_steps"], "train_seconds": s["train_seconds"]} for name, s in summaries.items()},
-        "train_and_load_seconds": round(train_seconds, 1), "settings": vars(args), "command": " ".join(sys.argv),
+        "train_and_load_seconds": round(train_seconds, 1), "settings": vars(args), "command": "python -m benchmarks.diffusion_reasoning " + " ".join(sys.argv[1:]),
         "date": dt.date.today().isoformat(), "machine": machine_info(), "torch_threads": torch.get_num_threads(),
     })
     out.write_text(json.dumps(result, indent=1) + "\n")

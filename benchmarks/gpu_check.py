@@ -34,7 +34,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the checkout, also where the package is not installed (a bare GPU machine)
 
 
 class Skip(Exception):
@@ -256,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         p.error(f"unknown part(s) {unknown}; choose from {sorted(PARTS)}")
-    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(["python -m benchmarks.gpu_check", *(argv or sys.argv[1:])]),
               "dry_run": args.dry_run, "environment": environment(), "parts": {}}
     result["machine"], result["threads"] = result["environment"]["machine"], result["environment"]["threads"]
     for name in parts:

@@ -7,8 +7,8 @@
 #   bash benchmarks/gpu_check.sh --dry-run        # here: toy sizes on the CPU, CUDA parts skipped
 #   bash benchmarks/gpu_check.sh --out "$OUT/gpu_check.json" --parts acot_step,diffusion_step
 #
-# Runs from a bare checkout too (the package need not be installed: the script puts the checkout on
-# sys.path). Parts whose packages are missing are skipped with the names to carry; see docs/serving.md.
+# Runs from a bare checkout too (the package need not be installed: `python -m benchmarks.gpu_check` from the
+# checkout's root finds anchored_reasoning there). Parts whose packages are missing are skipped with the names to carry; see docs/serving.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -18,4 +18,4 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   exit 2
 fi
 "$PY" -c "import torch; print('gpu_check: torch', torch.__version__, '| CUDA:', torch.cuda.is_available() and torch.cuda.get_device_name(0) or 'none (CUDA parts will be skipped)')"
-exec timeout "${GPU_CHECK_TIMEOUT:-570}" "$PY" benchmarks/gpu_check.py "$@"
+exec timeout "${GPU_CHECK_TIMEOUT:-570}" "$PY" -m benchmarks.gpu_check "$@"

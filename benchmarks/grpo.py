@@ -1,12 +1,12 @@
 """GRPO benchmarks (issue 14): what the anchor term costs, and SFT -> GRPO on a CPU, plain vs anchored.
 
-    OMP_NUM_THREADS=1 python benchmarks/grpo.py cost --sft runs/prosqa_acot          # -> results/grpo_cost.json
-    ANCHORED_REASONING_DATA=../shared/data python benchmarks/grpo.py train --sft runs/prosqa_acot \\
+    OMP_NUM_THREADS=1 python -m benchmarks.grpo cost --sft runs/prosqa_acot          # -> results/grpo_cost.json
+    ANCHORED_REASONING_DATA=../shared/data python -m benchmarks.grpo train --sft runs/prosqa_acot \\
         --seeds 0 1 2 --steps 100 --eval-limit 200 [--diffusion-sft runs/diffusion_sft_prosqa_small_adlm]
                                                                                      # -> results/grpo.json + PNG
-    python benchmarks/grpo.py diffusion --diffusion-sft runs/dsft_cot --seeds 0 1 2 --steps 200 \
+    python -m benchmarks.grpo diffusion --diffusion-sft runs/dsft_cot --seeds 0 1 2 --steps 200 \
         --diffusion-set sampler.steps=16 ...       # the diffu-GRPO row alone -> grpo.json["diffusion"] (docs/grpo.md)
-    python benchmarks/grpo.py train --smoke --out /tmp/grpo_smoke.json              # tiny sizes, proves the pipeline
+    python -m benchmarks.grpo train --smoke --out /tmp/grpo_smoke.json              # tiny sizes, proves the pipeline
 
 ``cost``: one ACoT start (``--sft``; without it a logic-gpt2 ACoT checkpoint is trained for one step -- the
 cost does not depend on how good it is), one batch of prompts. The same batch goes through TRL's plain
@@ -42,10 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from anchored_reasoning.files import atomic_write
+from anchored_reasoning.machine import machine_info
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from anchored_reasoning.files import atomic_write  # noqa: E402
-from anchored_reasoning.machine import machine_info  # noqa: E402
 
 log = logging.getLogger("grpo_bench")
 RESULTS = ROOT / "benchmarks" / "results"
@@ -56,7 +56,7 @@ def stamp(args: argparse.Namespace) -> dict[str, Any]:
 
     return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
             "threads": torch.get_num_threads(),
-            "command": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} python benchmarks/grpo.py "
+            "command": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '?')} python -m benchmarks.grpo "
                        + " ".join(sys.argv[1:])}
 
 

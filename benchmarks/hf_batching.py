@@ -1,6 +1,6 @@
 """HF backend: batched generation (batch 16) vs batch 1, tokens per second, side by side.
 
-    OMP_NUM_THREADS=2 ANCHORED_REASONING_DATA=../shared/data python benchmarks/hf_batching.py
+    OMP_NUM_THREADS=2 ANCHORED_REASONING_DATA=../shared/data python -m benchmarks.hf_batching
 
 Same prompts for both (the first 16 GSM8K test questions in the CoT chat prompt), greedy,
 64 new tokens, on the embedded SmolLM2-135M-Instruct (CPU, float32). Each setting runs
@@ -74,7 +74,7 @@ def main() -> int:
     print(f"speedup at batch {args.batch_size}: {speedup:.2f}x (goal >= 4x); identical greedy texts: {same}/{len(prompts)}")
     result = {
         "benchmark": "hf_batching",
-        "command": "OMP_NUM_THREADS=%d python benchmarks/hf_batching.py %s" % (args.threads, " ".join(sys.argv[1:])),
+        "command": "OMP_NUM_THREADS=%d python -m benchmarks.hf_batching %s" % (args.threads, " ".join(sys.argv[1:])),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "platform": platform.platform(),

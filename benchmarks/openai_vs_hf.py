@@ -1,7 +1,7 @@
 """Throughput of the openai backend against `transformers serve` vs the local hf backend, same model
 and prompts, and the openai backend's overhead per request against raw HTTP calls.
 
-    python benchmarks/openai_vs_hf.py --model smollm2-135m --prompts 16 --max-new-tokens 32 \
+    python -m benchmarks.openai_vs_hf --model smollm2-135m --prompts 16 --max-new-tokens 32 \
         --out benchmarks/results/openai_vs_hf.json
 
 What it does, in one process, side by side (the machine is shared and noisy, so ratios measured
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {
         "benchmark": "openai_vs_hf",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python benchmarks/openai_vs_hf.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.openai_vs_hf " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": info,
         "settings": {"model": args.model, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                      "greedy": True, "batch_size": args.batch_size, "threads": args.threads,

@@ -1,14 +1,14 @@
 """A method on ProntoQA problems without the one-look-up shortcut (``mirror_distractor``), at one depth.
 
-    python benchmarks/prontoqa_mirror.py --method cot --hops 3 --train-steps 1000 --threads 1
+    python -m benchmarks.prontoqa_mirror --method cot --hops 3 --train-steps 1000 --threads 1
 
 The published ProntoQA construction (and the real split) is answered by "the property rule whose
 concept is named elsewhere" (``generators/prontoqa_shortcuts.py``); mirrored problems are not, so
 accuracy here above 0.5 needs the chain. Fine-tunes ``--backbone`` on ``--train-n`` generated mirrored
 problems at ``--hops`` (seed 100), evaluates greedily on ``--eval-n`` held-out ones (seed 200, questions
-seen in training dropped; the fine-tune and evaluation are ``acot_vs_cot.run_one``'s) and reads the written proofs
-against the gold (``trace_order.chain_report``; an ``anchor_chain`` model's bare chains with
-``trace_order.anchor_chain_report``).
+seen in training dropped; the fine-tune and evaluation are ``benchmarks.common.run_one``'s, acot_vs_cot's protocol) and reads the written proofs
+against the gold (``common.chain_report``; an ``anchor_chain`` model's bare chains with
+``common.anchor_chain_report``).
 The polarity probe asks each held-out problem again with its query negated (``eval.probes.
 prontoqa_polarity_examples``: same facts and proof, answer flipped): ``polarity_probe.flip_rate`` is the share
 of answers that follow (a model answering from the facts alone flips none).
@@ -32,9 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import MAX_NEW_TOKENS, anchor_chain_report, chain_report, paired_with, run_one
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def over_seeds(entries: list[dict[str, Any]], per_problem: dict[str, float]) -> dict[str, Any]:
@@ -47,27 +47,6 @@ def over_seeds(entries: list[dict[str, Any]], per_problem: dict[str, float]) -> 
            "ci95": [round(ci["ci_low"], 4), round(ci["ci_high"], 4)],
            "tokens": round(sum(e["tokens"] for e in entries) / len(entries), 2), "n": ci["n"]}
     return {"seeds": [e["seed"] for e in entries], **out}
-
-
-def paired_with(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> dict[str, Any] | None:
-    """Two methods' per-problem records (``{seed: {id: 0/1}}``) on the seeds both ran (same seed: same
-    initialisation and data order): the per-problem difference averaged over those seeds (paired
-    bootstrap) and an exact McNemar test on their (seed, problem) pairs; None when no seed is shared."""
-    from anchored_reasoning.eval.compare import mcnemar_exact
-    from anchored_reasoning.eval.metrics import paired_bootstrap_diff, per_problem_over_seeds
-
-    both = sorted(set(a) & set(b))
-    if not both:
-        return None
-    mean_a = per_problem_over_seeds([a[s] for s in both])
-    mean_b = per_problem_over_seeds([b[s] for s in both])
-    ids = sorted(set(mean_a) & set(mean_b))
-    d = paired_bootstrap_diff([mean_a[i] for i in ids], [mean_b[i] for i in ids])
-    pairs = [(a[s][i], b[s][i]) for s in both for i in ids]
-    only_a, only_b = sum(x > y for x, y in pairs), sum(y > x for x, y in pairs)
-    return {"diff": round(d["diff"], 4), "ci95": [round(d["ci_low"], 4), round(d["ci_high"], 4)],
-            "seeds_paired": both, "only_this_right": only_a, "only_cot_right": only_b,
-            "mcnemar_p": float(f"{mcnemar_exact(only_a, only_b):.3g}")}
 
 
 def train_sources(hops: int, train_hops: list[int], train_n: int, standard: int = 0) -> list[dict[str, Any]]:
@@ -102,10 +81,8 @@ def group_name(entry: dict[str, Any]) -> str:
 
 def read_chains(method: str, test: list, records: list[dict[str, Any]]) -> dict[str, Any]:
     """The written proofs against the gold: an ``anchor_chain`` model's bare chains, otherwise forward proofs."""
-    import trace_order
-
-    return (trace_order.anchor_chain_report(test, records) if method == "anchor_chain"
-            else trace_order.chain_report(test, records, "forward"))
+    return (anchor_chain_report(test, records) if method == "anchor_chain"
+            else chain_report(test, records, "forward"))
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +158,6 @@ def copy_shorter_run(shorter_work: Path, run_dir: Path) -> None:
 def real_test(run_dir: Path, n: int, method: str) -> dict[str, Any]:
     """The model of ``run_dir`` graded greedily on the real ProntoQA test (first ``n``), with the shortcut
     rule's accuracy on the same problems beside it and the written proofs read against the gold."""
-    from acot_vs_cot import MAX_NEW_TOKENS
     from anchored_reasoning import demo
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.generators.prontoqa_shortcuts import rule_scores
@@ -235,7 +211,6 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from acot_vs_cot import MAX_NEW_TOKENS, run_one
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import probe_summary, prontoqa_polarity_examples
     from anchored_reasoning.eval.runner import load_records
@@ -275,7 +250,7 @@ def main(argv=None) -> int:
                                 "flip_rate": round(polarity["flip_rate"]["mean"], 4),
                                 "both_right": round(polarity["both_right"]["mean"], 4)},
              "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(note=args.machine_note),
-             "command": "python benchmarks/prontoqa_mirror.py " + " ".join(sys.argv[1:] if argv is None else argv),
+             "command": "python -m benchmarks.prontoqa_mirror " + " ".join(sys.argv[1:] if argv is None else argv),
              "_correct": {r["id"]: int(bool(r["correct"])) for r in records}}
     if args.eval_real:
         entry["real_test"] = real_test(run_dir, args.eval_real, args.method)

@@ -1,7 +1,7 @@
 """Runs of the ``prontoqa_real_cpu`` recipe with other methods, graded on the real ProntoQA test and paired.
 
     anchored-reasoning train prontoqa_real_cpu method.name=pause output_dir=runs/pq_pause_s0
-    python benchmarks/prontoqa_real_runs.py --run runs/pq_pause_s0
+    python -m benchmarks.prontoqa_real_runs --run runs/pq_pause_s0
 
 The recipe (anchor_chain by default) is the route that took the real 5-hop ProntoQA test to 0.90. The
 same data, steps and seed with another method (pause, ACoT, stepwise, No-CoT) answer what the issue's
@@ -18,7 +18,7 @@ label and seed, and ``summary[<label>]`` gives per method the seeds' accuracies,
 the seed-pooled paired difference from the label's CoT (exact McNemar over (seed, problem) pairs)::
 
     bash benchmarks/recipe_grid.sh runs/pq_gpu
-    python benchmarks/prontoqa_real_runs.py --label gpu $(printf -- '--run %s ' runs/pq_gpu/*/)
+    python -m benchmarks.prontoqa_real_runs --label gpu $(printf -- '--run %s ' runs/pq_gpu/*/)
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import accuracy_ci, last_validation, paired_with
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 OUT = ROOT / "benchmarks" / "results" / "prontoqa_real_methods.json"
 MIRROR = ROOT / "benchmarks" / "results" / "prontoqa_mirror.json"
 
@@ -49,9 +49,7 @@ def entry_key(entry: dict[str, Any]) -> str:
 
 
 def _pair(seed: int, mine: dict[str, int], theirs: dict[str, int]) -> dict[str, Any]:
-    """One seed's paired comparison (``prontoqa_mirror.paired_with``), the other side's count named as such."""
-    from prontoqa_mirror import paired_with
-
+    """One seed's paired comparison (``common.paired_with``), the other side's count named as such."""
     pair = paired_with({seed: mine}, {seed: theirs})
     pair["only_second_right"] = pair.pop("only_cot_right")
     return pair
@@ -59,7 +57,6 @@ def _pair(seed: int, mine: dict[str, int], theirs: dict[str, int]) -> dict[str, 
 
 def grade_run(run: Path, mirror: dict[str, Any], label: str | None = None) -> dict[str, Any]:
     from anchored_reasoning.eval.runner import load_records
-    from prosqa_real import accuracy_ci, last_validation
 
     config = json.loads((run / "run_config.json").read_text())
     recipe = config["recipe"]
@@ -96,9 +93,6 @@ def pair_within(results: dict[str, Any], label: str) -> dict[str, Any]:
     """Pairs each run of ``label`` with the label's CoT and anchor_chain runs of its seed (in place), and
     returns the label's summary: per method (and curriculum) the seeds, their accuracies, the pooled
     accuracy over (seed, problem) and the seed-pooled paired difference from the label's CoT."""
-    from prontoqa_mirror import paired_with
-    from prosqa_real import accuracy_ci
-
     runs = {k: e for k, e in results.items() if e.get("label") == label and e.get("_correct")}
     by_method: dict[str, dict[int, dict[str, int]]] = {}
     for e in runs.values():
@@ -137,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = grade_run(Path(run), mirror, a.label)
         entry["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         entry["machine"] = machine_info(note=a.machine_note)
-        entry["command"] = "python benchmarks/prontoqa_real_runs.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        entry["command"] = "python -m benchmarks.prontoqa_real_runs " + " ".join(sys.argv[1:] if argv is None else argv)
         results[entry_key(entry)] = entry
         print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test")}, default=str)[:400])
     if a.label:

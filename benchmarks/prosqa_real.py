@@ -2,7 +2,7 @@
 
     anchored-reasoning train prosqa_real_cpu output_dir=runs/prosqa_anchor_chain_s0
     anchored-reasoning train prosqa_real_cpu method.name=cot output_dir=runs/prosqa_cot_s0
-    python benchmarks/prosqa_real.py --run runs/prosqa_anchor_chain_s0 --run runs/prosqa_cot_s0
+    python -m benchmarks.prosqa_real --run runs/prosqa_anchor_chain_s0 --run runs/prosqa_cot_s0
 
 For each run folder (its ``run_config.json`` names the method, seed and training data):
 
@@ -39,11 +39,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from anchored_reasoning.generators.traces import BACK_WORD
+from benchmarks.common import accuracy_ci, last_validation, paired_with
 
-from anchored_reasoning.generators.traces import BACK_WORD  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Held-out shortcut-free problems: the published graph size, the wrong option as deep as the right one.
 HELDOUT_SIZES = {
@@ -51,14 +50,6 @@ HELDOUT_SIZES = {
     "4": {"num_nodes": 28, "min_hops": 4, "max_hops": 4, "neg_depth": "match"},
     "5-6": {"num_nodes": 31, "min_hops": 5, "max_hops": 6, "neg_depth": "match"},
 }
-
-
-def accuracy_ci(values: list[float]) -> dict[str, Any]:
-    """Per-problem 0/1 scores -> ``{"accuracy", "ci95", "n"}`` (bootstrap; also prontoqa_real_runs.py's)."""
-    from anchored_reasoning.eval.metrics import mean_ci
-
-    c = mean_ci(values)
-    return {"accuracy": round(c["mean"], 4), "ci95": [round(c["ci_low"], 4), round(c["ci_high"], 4)], "n": c["n"]}
 
 
 def shortcut_groups(test: list) -> tuple[str, float, dict[str, str]]:
@@ -167,11 +158,6 @@ def heldout_examples(n: int, training_questions: set[str]) -> tuple[list, dict[s
     return out, group
 
 
-def last_validation(run: Path) -> Path | None:
-    steps = sorted((run / "validation").glob("step-*/records.jsonl"))
-    return steps[-1] if steps else None
-
-
 @lru_cache(maxsize=1)
 def recipe_lr() -> float:
     """The learning rate of the recipe these runs start from (``prosqa_real_cpu``): another one is named in
@@ -229,9 +215,8 @@ def over_seeds(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def paired(a: dict[int, dict[str, int]], b: dict[int, dict[str, int]]) -> dict[str, Any] | None:
-    """``prontoqa_mirror.paired_with`` (per-problem records by seed, on the seeds both ran), its second
+    """``common.paired_with`` (per-problem records by seed, on the seeds both ran), its second
     side named as such; None when no seed is shared."""
-    from prontoqa_mirror import paired_with
 
     pair = paired_with(a, b)
     if pair:
@@ -363,7 +348,7 @@ def main(argv=None) -> int:
         results["paired_over_seeds"] = paired_over_seeds(runs)
         if graded:  # a recompute keeps the last grading's machine and command
             results["machine"] = machine_info(note=args.machine_note)
-            results["command"] = "python benchmarks/prosqa_real.py " + " ".join(sys.argv[1:] if argv is None else argv)
+            results["command"] = "python -m benchmarks.prosqa_real " + " ".join(sys.argv[1:] if argv is None else argv)
         out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     return 0
 

@@ -3,7 +3,7 @@
 # machine as many runs as it has cores).
 #
 #   bash benchmarks/recipe_grid.sh runs/pq_gpu      # prontoqa_real_cpu: 5 methods x 3 seeds + a check, ~6 min on one H200
-#   python benchmarks/prontoqa_real_runs.py --label gpu $(printf -- '--run %s ' runs/pq_gpu/*/)   # grade, pair, summary
+#   python -m benchmarks.prontoqa_real_runs --label gpu $(printf -- '--run %s ' runs/pq_gpu/*/)   # grade, pair, summary
 #   METHODS="pause acot" SEEDS=0 CHECK_RUN= bash benchmarks/recipe_grid.sh runs/pq_pa
 #   RECIPE=prosqa_real_cpu METHODS=cot SEEDS="0 1" TAG=_dfs CHECK_RUN= \
 #       EXTRA="data.train.trace=dfs training.generation_max_new_tokens=256" bash benchmarks/recipe_grid.sh runs/pb_dfs

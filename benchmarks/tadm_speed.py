@@ -1,10 +1,10 @@
 """TADM speed/quality benchmark: ADLM (K = 1) against TADM with the anchor refreshed every K steps.
 
-Longer than ~400 lines on purpose: one benchmark script with several recorded modes (WikiText,
-ProsQA, stale-anchor contrast, diagnosis) that share their model building and timing.
+Longer than ~400 lines on purpose: one benchmark script with two recorded phases (WikiText, ProsQA) that
+share their model building and timing.
 
     ANCHORED_REASONING_DATA=/work/shared/data OMP_NUM_THREADS=1 \\
-        python benchmarks/tadm_speed.py --workdir runs/tadm_bench --out benchmarks/results/tadm_speed.json
+        python -m benchmarks.tadm_speed --workdir runs/tadm_bench --out benchmarks/results/tadm_speed.json
 
 In one process on one machine it
 
@@ -58,11 +58,10 @@ In one process on one machine it
    Chance is 0.5 (two options; a completion without either option is graded wrong). ``notes`` says
    for each row whether its interval is above, at or below chance.
 
-``--stale-contrast`` runs only the stale-anchor contrast on logic text instead
-(``benchmarks/tadm_stale_contrast.py``: plain ADLM reusing a stale anchor vs T-ANELBO TADM per K,
-ELBO bound and generative perplexity under logic-gpt2) and writes ``--stale-out``.
-``--diagnose`` runs only the probe of why the WikiText models' bounds are flat in K (the bound
-with every input token masked, stale bounds, the fusion's gate) and writes ``--diagnose-out``.
+The stale-anchor contrast on logic text (plain ADLM reusing a stale anchor vs T-ANELBO TADM per K, ELBO
+bound and generative perplexity under logic-gpt2) is its own benchmark, ``python -m benchmarks.tadm_stale_contrast``
+(formerly ``--stale-contrast`` here); the probe of why the WikiText models' bounds are flat in K (formerly
+``--diagnose``) is archived as ``research/diffusion/tadm_diagnosis.py``.
 
 Writes the JSON (``--out``) with per-K rows, the model sizes, the machine and the date.
 """
@@ -79,8 +78,7 @@ from pathlib import Path
 import torch
 
 from anchored_reasoning.machine import machine_info
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks imported below, once
+from benchmarks.common import timed_pass
 
 logger = logging.getLogger("tadm_speed")
 ACCURACY_REASON = "not measured in this run: pass --prosqa for the ProsQA accuracy phase"
@@ -176,6 +174,7 @@ def round_robin_seconds(runs: dict[str, tuple], prompt, cfg, repeats: int) -> di
 # ---------------------------------------------------------------------------------------------
 # accuracy phase: a reasoning-tuned ADLM and its TADM on small ProsQA
 
+
 def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
     """SFT an ADLM on small generated ProsQA, then post-train a TADM from it (reused when present)."""
     from anchored_reasoning.demo import DEMO_SIZE
@@ -215,9 +214,7 @@ def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
 
 def prosqa_eval(model, tok, method, examples, k: int, out_dir: Path, args) -> tuple[dict, float]:
     """One greedy pass of the evaluation runner (diffusion backend, anchor refreshed every K model
-    calls) over ``examples``, from scratch (``diffusion_reasoning.timed_pass``); (runner summary, wall seconds)."""
-    from diffusion_reasoning import timed_pass
-
+    calls) over ``examples``, from scratch (``common.timed_pass``); (runner summary, wall seconds)."""
     return timed_pass(model, tok, method, examples, out_dir, gen_length=args.prosqa_gen_length,
                       batch_size=args.prosqa_eval_batch, anchor_refresh_every=k)
 
@@ -367,7 +364,8 @@ def merge_accuracy(result: dict, prosqa: dict) -> None:
     result["notes"] = notes
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The options (also read by research/diffusion/tadm_diagnosis.py, which probes the same models)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workdir", default="runs/tadm_bench")
     p.add_argument("--out", default="benchmarks/results/tadm_speed.json")
@@ -414,33 +412,26 @@ def main(argv=None) -> int:
     p.add_argument("--prosqa-eval-batch", type=int, default=64)
     p.add_argument("--prosqa-repeats", type=int, default=3, help="interleaved timed evaluation passes")
     p.add_argument("--prosqa-seed", type=int, default=0)
-    p.add_argument("--stale-contrast", action="store_true",
-                   help="run only the stale-anchor contrast on logic text (benchmarks/tadm_stale_contrast.py): plain "
-                        "ADLM vs T-ANELBO TADM per K, ELBO bound and logic-gpt2 generative perplexity, to --stale-out")
-    p.add_argument("--stale-out", default="benchmarks/results/tadm_stale_contrast.json")
-    p.add_argument("--stale-steps", type=int, default=400, help="training steps of each contrast model")
-    p.add_argument("--stale-batch", type=int, default=32)
-    p.add_argument("--stale-lr", type=float, default=1.5e-3)
-    p.add_argument("--stale-window", type=int, default=20, help="derivation window = sampler steps T")
-    p.add_argument("--stale-train-n", type=int, default=20000, help="generated training documents")
-    p.add_argument("--stale-eval-n", type=int, default=64, help="held-out documents (ELBO bound and samples)")
-    p.add_argument("--diagnose", action="store_true",
-                   help="run only the probe of why the WikiText models' bounds are flat in K (context use, stale bounds, "
-                        "fusion gate) on the models of --workdir (trained if missing; needs --pretrain-steps), to --diagnose-out")
-    p.add_argument("--diagnose-out", default="benchmarks/results/tadm_diagnosis.json")
-    p.add_argument("--diagnose-blocks", type=int, default=48, help="held-out WikiText-2 blocks the probe scores")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.prosqa_init and args.prosqa_layers:
         p.error("--prosqa-layers shapes a fresh ADLM; --prosqa-init loads one with its own shape: give one of them")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     import anchored_reasoning.models  # noqa: F401  (Auto registration)
 
     out = Path(args.out)
-    command = "python benchmarks/tadm_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.stale_contrast or args.diagnose:
-        return stale_contrast_main(args, command)
+    command = "python -m benchmarks.tadm_speed " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.skip_wikitext:
         if not args.prosqa:
             raise SystemExit("--skip-wikitext leaves nothing to do without --prosqa")
@@ -462,27 +453,6 @@ def main(argv=None) -> int:
                           if kk in ("tokens_per_s", "speedup_vs_k1", "ppl", "ppl_rel_change", "agreement_with_k1",
                                     "layer_calls", "layer_calls_formula", "accuracy", "accuracy_ci95")}
                       for k, v in rows.items()}, indent=1))
-    return 0
-
-
-def stale_contrast_main(args, command: str) -> int:
-    """``--stale-contrast`` (the stale-anchor contrast on logic text, to ``--stale-out``) or
-    ``--diagnose`` (the context-use probe of the WikiText models, to ``--diagnose-out``)."""
-    from tadm_stale_contrast import diagnose, stale_contrast
-
-    if args.diagnose and args.pretrain_steps < 1:
-        raise SystemExit("--diagnose probes the T-ANELBO TADM too: pass --pretrain-steps (300 in tadm_speed.json)")
-    t0 = time.monotonic()
-    body = diagnose(args, train_models, pretrain_tadm) if args.diagnose else stale_contrast(args)
-    result = {"benchmark": "tadm_diagnosis" if args.diagnose else "tadm_stale_contrast",
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine_info(note="shared 2-core CPU; other jobs ran at the same time"),
-              "command": command, **body}
-    result["wall_seconds"] = round(time.monotonic() - t0, 1)
-    out = Path(args.diagnose_out if args.diagnose else args.stale_out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    logger.info("wrote %s", out)
     return 0
 
 

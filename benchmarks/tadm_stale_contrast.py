@@ -1,4 +1,7 @@
-"""The stale-anchor contrast of ``benchmarks/tadm_speed.py --stale-contrast`` (issue 13, item 3).
+"""The stale-anchor contrast (issue 13, item 3): plain ADLM reusing a stale anchor vs T-ANELBO TADM, per K.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.tadm_stale_contrast --workdir runs/tadm_bench \\
+        --out benchmarks/results/tadm_stale_contrast.json
 
 Does the anchor cache matter, and does TADM's training make staleness cheap? On WikiText at 300
 steps it cannot show: those models hardly use context (the T-ANELBO TADM's bound is the same with
@@ -21,123 +24,25 @@ Per K it reports the stale-anchor NELBO perplexity bound on held-out derivations
 (:func:`~anchored_reasoning.objectives_tadm.stale_perplexity_bound` with the facts as clean prompt)
 and the generative perplexity of greedy low-confidence samples (T = window steps, one token per
 step) under the logic-gpt2 judge, given the facts; plus agreement with the model's own K = 1
-samples, and the fusion's gate and correction size.
+samples, and the fusion's gate and correction size. The three models are saved under ``--workdir`` and
+reused by a rerun and by ``benchmarks.diffusion_cache`` (the same checkpoints, sampled with the KV cache).
+(Until the benchmarks became modules this ran as ``tadm_speed.py --stale-contrast``, with the same options.)
 """
 from __future__ import annotations
 
+import argparse
+import datetime as dt
 import logging
-import math
+import sys
 import time
 from typing import Any
 
 import torch
 
-logger = logging.getLogger("tadm_speed.stale")
+from anchored_reasoning.machine import machine_info
+from benchmarks.common import judge_ppl, logic_rows, trained_stale_model, window_batch, write_result
 
-
-def make_rows(tok, n: int, seed: int, window: int) -> list[tuple[list[int], list[int]]]:
-    """(facts + newline ids, derivation + EOS padded to ``window``) for ``n`` small ProsQA documents."""
-    from anchored_reasoning import generators
-    from anchored_reasoning.train.backbone import document, encode
-
-    rows = []
-    for ex in generators.generate_dataset("prosqa", n, seed=seed, split=f"stale{seed}", num_nodes=7, min_hops=1, max_hops=2):
-        ids, head = encode(tok, document(ex, "prosqa"))
-        resp = ids[head:][:window]
-        rows.append((ids[:head], resp + [tok.eos_token_id] * (window - len(resp))))
-    return rows
-
-
-def batch(rows, pad_id: int):
-    """Left-padded facts, then the window: ids, attention mask, window mask (B, P + window)."""
-    width = max(len(f) for f, _ in rows)
-    ids, am, lm = [], [], []
-    for facts, resp in rows:
-        pad = width - len(facts)
-        ids.append([pad_id] * pad + facts + resp)
-        am.append([0] * pad + [1] * (len(facts) + len(resp)))
-        lm.append([False] * (pad + len(facts)) + [True] * len(resp))
-    return torch.tensor(ids), torch.tensor(am), torch.tensor(lm)
-
-
-def build(kind: str, tok, hidden: int, max_len: int):
-    from anchored_reasoning.models import ADLM, ADLMConfig, TADM, TADMConfig
-
-    common = dict(vocab_size=len(tok), mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
-                  eos_token_id=tok.eos_token_id, hidden_size=hidden, num_attention_heads=4, intermediate_size=4 * hidden,
-                  max_position_embeddings=max_len, dropout=0.0)
-    torch.manual_seed(0)
-    if kind == "adlm":
-        return ADLM(ADLMConfig(**common, num_hidden_layers=3, denoiser_layers=1))
-    scale = "relative" if kind == "tadm_relative" else "absolute"
-    return TADM(TADMConfig(**common, shared_layers=1, num_hidden_layers=2, denoiser_layers=1, fusion_scale=scale))
-
-
-def train(model, rows, args, window: int, pad_id: int) -> dict[str, Any]:
-    from anchored_reasoning.objectives import diffusion_loss, gamma_schedule
-    from anchored_reasoning.objectives_tadm import t_anelbo
-
-    opt = torch.optim.AdamW(model.parameters(), lr=args.stale_lr, weight_decay=0.0)
-    gen = torch.Generator().manual_seed(0)
-    model.train()
-    t0, log = time.perf_counter(), []
-    for step in range(args.stale_steps):
-        for g in opt.param_groups:
-            g["lr"] = args.stale_lr * min(1.0, (step + 1) / 20)
-        pick = torch.randint(len(rows), (args.stale_batch,), generator=gen).tolist()
-        ids, am, lm = batch([rows[i] for i in pick], pad_id)
-        gamma = gamma_schedule(step, args.stale_steps)
-        common = dict(attention_mask=am, loss_mask=lm, gamma=gamma, anchor_ignore_ids=[pad_id], generator=gen)
-        if hasattr(model, "fusion"):
-            out = t_anelbo(model, ids, k_choices=(1, 2, 4, 8), sampling_steps=window, **common)
-        else:
-            out = diffusion_loss(model, ids, **common)
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if (step + 1) % 100 == 0:
-            log.append({"step": step + 1, "nelbo": round(float(out.nelbo), 4)})
-            logger.info("%s step %d nelbo %.3f", type(model).__name__, step + 1, float(out.nelbo))
-    model.eval()
-    return {"steps": args.stale_steps, "seconds": round(time.perf_counter() - t0, 1), "nelbo_curve": log}
-
-
-def trained(kind: str, tok, rows, args, window: int, max_len: int):
-    """The ``kind`` model trained on ``rows``, saved under ``WORKDIR/stale_<kind>`` and reused from there
-    (``benchmarks/diffusion_cache.py`` samples these same checkpoints)."""
-    import json
-    from pathlib import Path
-
-    from transformers import AutoModelForMaskedLM
-
-    import anchored_reasoning.models  # noqa: F401  (Auto registration)
-
-    out = Path(args.workdir) / f"stale_{kind}_h{args.hidden}_s{args.stale_steps}"
-    if (out / "config.json").is_file():
-        return AutoModelForMaskedLM.from_pretrained(out).eval(), json.loads((out / "training.json").read_text())
-    model = build(kind, tok, args.hidden, max_len)
-    budget = train(model, rows, args, window, tok.pad_token_id)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    (out / "training.json").write_text(json.dumps({**budget, "window": window}, indent=1))
-    return model, budget
-
-
-@torch.no_grad()
-def judge_ppl(judge, prompts: torch.Tensor, prompt_am: torch.Tensor, gen: torch.Tensor, eos: int) -> float:
-    """Generative perplexity: exp(mean NLL) of the generated tokens (up to and including the first
-    EOS) under the AR judge, given the facts."""
-    total, count = 0.0, 0
-    for r in range(prompts.shape[0]):
-        facts = prompts[r][prompt_am[r].bool()].tolist()
-        toks = gen[r].tolist()
-        toks = toks[:toks.index(eos) + 1] if eos in toks else toks
-        x = torch.tensor([facts + toks])
-        logp = judge(input_ids=x).logits[0, len(facts) - 1:-1].float().log_softmax(-1)
-        total -= float(logp.gather(-1, torch.tensor(toks).unsqueeze(-1)).sum())
-        count += len(toks)
-    return math.exp(total / max(count, 1))
+logger = logging.getLogger("tadm_stale_contrast")
 
 
 @torch.no_grad()
@@ -206,17 +111,17 @@ def stale_contrast(args) -> dict[str, Any]:
     window = args.stale_window
     tok = AutoTokenizer.from_pretrained(resolve_model("logic-gpt2"))
     judge = AutoModelForCausalLM.from_pretrained(resolve_model("logic-gpt2")).eval()
-    train_rows = make_rows(tok, args.stale_train_n, 0, window)
-    held = make_rows(tok, args.stale_eval_n, 10_000, window)
+    train_rows = logic_rows(tok, args.stale_train_n, 0, window)
+    held = logic_rows(tok, args.stale_eval_n, 10_000, window)
     max_len = max(len(f) for f, _ in train_rows + held) + window
-    ids, am, lm = batch(held, tok.pad_token_id)
+    ids, am, lm = window_batch(held, tok.pad_token_id)
     width = ids.shape[1] - window
     prompts, prompt_am = ids[:, :width], am[:, :width]
     cfg = SamplerConfig(remasking="low_confidence", steps=window, gen_length=window, temperature=0.0)
     ks = [1, *args.ks]
     results: dict[str, Any] = {}
     for kind in ("adlm", "tadm", "tadm_relative"):
-        model, budget = trained(kind, tok, train_rows, args, window, max_len + 8)
+        model, budget = trained_stale_model(kind, tok, train_rows, args, window, max_len + 8)
         rows, ref = {}, None
         for k in ks:
             bound = stale_perplexity_bound(model, ids, am, refresh_every=k, sampling_steps=window, num_t_samples=4,
@@ -252,32 +157,43 @@ def stale_contrast(args) -> dict[str, Any]:
     }
 
 
-def diagnose(args, train_models, pretrain_tadm) -> dict[str, Any]:
-    """``tadm_speed.py --diagnose``: the WikiText models of the main benchmark (trained or reused in
-    ``--workdir``), probed with :func:`context_use` over whole blocks (every input token masked),
-    the stale bounds at K = 1, 8, 64 and the fusion's gate and correction size."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workdir", default="runs/tadm_bench", help="where the three models are saved (and reused from)")
+    p.add_argument("--out", "--stale-out", dest="out", default="benchmarks/results/tadm_stale_contrast.json")
+    p.add_argument("--ks", type=int, nargs="+", default=[2, 3, 4, 8], help="anchor refresh periods besides K = 1")
+    p.add_argument("--hidden", type=int, default=128, help="width of every model")
+    p.add_argument("--stale-steps", type=int, default=400, help="training steps of each contrast model")
+    p.add_argument("--stale-batch", type=int, default=32)
+    p.add_argument("--stale-lr", type=float, default=1.5e-3)
+    p.add_argument("--stale-window", type=int, default=20, help="derivation window = sampler steps T")
+    p.add_argument("--stale-train-n", type=int, default=20000, help="generated training documents")
+    p.add_argument("--stale-eval-n", type=int, default=64, help="held-out documents (ELBO bound and samples)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--machine-note", default=None, help="what else ran on the machine (recorded in the JSON)")
+    args = p.parse_args(argv)
+    for name in ("hidden", "stale_steps", "stale_batch", "stale_window", "stale_train_n", "stale_eval_n", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if any(k < 2 for k in args.ks):
+        p.error(f"--ks are refresh periods beside K = 1 (always measured): each at least 2, got {args.ks}")
+    return args
 
-    from anchored_reasoning.objectives_tadm import stale_perplexity_bound
-    from anchored_reasoning.train.diffusion import data_path
-    from anchored_reasoning.train.tadm import text_blocks
 
-    adlm_dir, tadm_dir = train_models(args)
-    dirs = {"adlm": adlm_dir, "tadm_posttrained": tadm_dir, "tadm_pretrained": pretrain_tadm(args)}
-    tok = AutoTokenizer.from_pretrained(adlm_dir)
-    x = text_blocks(tok, data_path("corpora/wikitext2_test.txt"), args.seq_len, args.diagnose_blocks)
-    am, lm = torch.ones_like(x), torch.ones_like(x, dtype=torch.bool)
-    out = {}
-    for name, d in dirs.items():
-        model = AutoModelForMaskedLM.from_pretrained(d).eval()
-        row = {"checkpoint": str(d), "context_use_ppl": context_use(model, x, am, lm, args.steps, blind_last=x.shape[1]),
-               "fusion": fusion_stats(model, x[:16], am[:16])}
-        row["stale_ppl"] = {str(k): stale_perplexity_bound(model, x, refresh_every=k, sampling_steps=args.steps,
-                                                           num_t_samples=4, seed=0).perplexity for k in (1, 8, 64)}
-        logger.info("%s: %s", name, row["context_use_ppl"])
-        out[name] = row
-    return {"setup": {"data": f"wikitext2_test, {x.shape[0]} blocks of {x.shape[1]} tokens, 4 t-samples",
-                      "probe": "context_use_ppl: the bound with a fresh anchor, with the anchor network reading all-mask "
-                               "tokens, and with every part reading all-mask tokens",
-                      "pretrain_steps": args.pretrain_steps, "base_steps": args.base_steps, "post_steps": args.post_steps},
-            "results": out}
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    command = "python -m benchmarks.tadm_stale_contrast " + " ".join(argv if argv is not None else sys.argv[1:])
+    t0 = time.monotonic()
+    body = stale_contrast(args)
+    result = {"benchmark": "tadm_stale_contrast", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine_info(note=args.machine_note),
+              "command": command, **body, "wall_seconds": round(time.monotonic() - t0, 1)}
+    write_result(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

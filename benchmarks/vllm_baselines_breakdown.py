@@ -4,7 +4,7 @@ ended its answer and it is wrong: the model), cut off by the token budget while 
 *still going* (the harness budget may be to blame) -- or ended without an answer in the expected form
 (format).
 
-    python benchmarks/vllm_baselines_breakdown.py benchmarks/results/vllm-baselines
+    python -m benchmarks.vllm_baselines_breakdown benchmarks/results/vllm-baselines
         # writes benchmarks/results/vllm-baselines/breakdown.json and prints a Markdown table
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def breakdown(run_dir: Path) -> dict:
 def main(root: str) -> int:
     base = Path(root)
     rows = [breakdown(d) for d in sorted(base.iterdir()) if (d / "records.jsonl").is_file()]
-    (base / "breakdown.json").write_text(json.dumps({"command": f"python benchmarks/vllm_baselines_breakdown.py {root}",
+    (base / "breakdown.json").write_text(json.dumps({"command": f"python -m benchmarks.vllm_baselines_breakdown {root}",
                                                      "runs": rows}, indent=2) + "\n")
     keys = ["run", "samples", *CATEGORIES, "median_tokens", "budget"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))

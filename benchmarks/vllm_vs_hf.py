@@ -1,7 +1,7 @@
 """vLLM (in-process and served) vs the hf backend vs ``transformers serve``, on the same prompts and budget.
 
-    OMP_NUM_THREADS=1 python benchmarks/vllm_vs_hf.py                    # writes benchmarks/results/vllm_vs_hf.json
-    OMP_NUM_THREADS=1 python benchmarks/vllm_vs_hf.py --engines hf,vllm   # a subset
+    OMP_NUM_THREADS=1 python -m benchmarks.vllm_vs_hf                    # writes benchmarks/results/vllm_vs_hf.json
+    OMP_NUM_THREADS=1 python -m benchmarks.vllm_vs_hf --engines hf,vllm   # a subset
 
 The embedded SmolLM2-135M-Instruct, greedy, on GSM8K CoT chat prompts (the test split's first
 ``--prompts``; every engine applies the same chat template). For each engine:
@@ -133,7 +133,7 @@ def main() -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end",
         "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or None,
-        "command": "OMP_NUM_THREADS={} python benchmarks/vllm_vs_hf.py {}".format(os.environ.get("OMP_NUM_THREADS", ""), " ".join(sys.argv[1:])).strip(),
+        "command": "OMP_NUM_THREADS={} python -m benchmarks.vllm_vs_hf {}".format(os.environ.get("OMP_NUM_THREADS", ""), " ".join(sys.argv[1:])).strip(),
         "model": "SmolLM2-135M-Instruct (embedded smollm2-135m)",
         "prompts": f"{len(prompts)} GSM8K test CoT chat prompts, greedy, {args.max_new_tokens} new tokens",
         "engines": results,

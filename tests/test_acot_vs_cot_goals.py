@@ -1,13 +1,8 @@
 """benchmarks/acot_vs_cot.py: the goals compare methods problem by problem (paired), on the problems both scored."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import acot_vs_cot  # noqa: E402
+from benchmarks import acot_vs_cot
 
 
 def test_goals_pair_methods_on_shared_problems():

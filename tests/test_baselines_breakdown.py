@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import vllm_baselines_breakdown as bd  # noqa: E402
+from benchmarks import vllm_baselines_breakdown as bd
 
 WORDS = ("the sum of the two numbers is then divided by three so that each share is an integer and the "
          "remainder is carried over to the next step where we multiply by the base").split()

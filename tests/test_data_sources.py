@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +9,7 @@ from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.generators.prontoqa import generate_dataset, generate_rows
 from anchored_reasoning.train import recipes
 from anchored_reasoning.train.data_sources import load_split
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import prontoqa_mirror as mirror  # noqa: E402
+from benchmarks import prontoqa_mirror as mirror
 
 
 def _source(n, hops, seed=100, **extra):

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import depth_ladder as ladder  # noqa: E402
+from benchmarks import depth_ladder as ladder
 
 HOPS = {f"p{i}": 1 + i % 2 for i in range(8)}  # four 1-hop and four 2-hop problems
 
@@ -203,40 +200,3 @@ def test_a_run_of_another_budget_is_not_merged_into_a_ladder(tmp_path, monkeypat
     del old["setup"]["max_new_tokens"]  # a JSON from before the key: its trace's default then
     out.write_text(json.dumps(old))
     ladder.check_mergeable(out, ["cot"], [1], args_for([1]))
-
-
-def test_ladder_pairs_compares_a_longer_run_with_a_ladder_on_the_same_problems(tmp_path, monkeypatch):
-    import ladder_pairs
-
-    monkeypatch.setattr(ladder, "plot", lambda *a, **k: None)
-    base, long = tmp_path / "ladder.json", tmp_path / "long.json"
-    ladder._write(base, {"cot": [fake_run(0, set(HOPS))]}, HOPS, args_for([0]), 0.0)
-    longer = args_for([0])
-    longer.train_steps = 40
-    half = {i for i in HOPS if HOPS[i] == 1}  # right at 1 hop only
-    ladder._write(long, {"anchor_walk": [fake_run(0, half)]}, HOPS, longer, 0.0)
-    out = tmp_path / "pairs.json"
-    ladder_pairs.main(["--a", f"{long}:anchor_walk", "--b", f"{base}:cot", "--out", str(out)])
-    pair = json.loads(out.read_text())["pairs"]["anchor_walk_minus_cot"]
-    assert pair["a"]["steps"] == [10] and pair["b"]["lr"] == 1e-3  # each side's own budget (fake runs say 10)
-    assert pair["by_hops"]["1"]["diff"] == pytest.approx(0.0) and pair["by_hops"]["1"]["n"] == 4
-    assert pair["by_hops"]["2"]["diff"] == pytest.approx(-1.0) and pair["by_hops"]["2"]["token_ratio"] == pytest.approx(1.0)
-    other = args_for([0])
-    other.eval_n = 8  # other held-out problems: nothing pairs up
-    ladder._write(tmp_path / "other.json", {"cot": [fake_run(0, set(HOPS))]}, HOPS, other, 0.0)
-    with pytest.raises(SystemExit, match="held_out_per_depth: 8 vs 4"):
-        ladder_pairs.compare(f"{tmp_path / 'other.json'}:cot", f"{long}:anchor_walk")
-    with pytest.raises(SystemExit, match="no per-problem records of 'pause'"):
-        ladder_pairs.compare(f"{long}:pause", f"{base}:cot")
-
-
-def test_ladder_pairs_names_a_method_of_another_json_by_that_json():
-    import ladder_pairs
-
-    assert ladder_pairs.pair_names("x/long.json:anchor_walk", ["y/ladder.json:cot", "y/ladder.json:anchor_walk"]) == \
-        ["anchor_walk_minus_cot", "anchor_walk_minus_anchor_walk_of_ladder"]
-    # one method from two JSONs (CoT at two budgets): each pair carries its JSON's name, none replaces the other
-    assert ladder_pairs.pair_names("x/long.json:anchor_walk", ["y/ladder.json:cot", "z/cot2000.json:cot"]) == \
-        ["anchor_walk_minus_cot_of_ladder", "anchor_walk_minus_cot_of_cot2000"]
-    with pytest.raises(SystemExit, match="same comparison"):
-        ladder_pairs.pair_names("x/long.json:anchor_walk", ["y/ladder.json:cot", "y/ladder.json:cot"])

@@ -3,8 +3,6 @@ the logic-*-shift aliases) and the diffusion reasoning benchmark's pooling (benc
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +10,7 @@ import torch
 from anchored_reasoning.eval.choice import masked_choice
 from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
 from anchored_reasoning.models.ar_init import build_start
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import diffusion_reasoning as bench  # noqa: E402
+from benchmarks import diffusion_reasoning as bench
 
 
 @pytest.fixture(scope="module")

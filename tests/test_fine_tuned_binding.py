@@ -54,16 +54,12 @@ def test_fine_tuned_default_reads_the_asked_entity_at_every_depth(tmp_path):
     """CoT written as the search (the demo's default trace, steps joined as in pretraining), 400 steps from
     the demo's default backbone at lr 1e-4, 40 held-out problems per depth: the answer flips with the asked
     entity on >= 90% of them at every depth, and nothing the backbone does zero-shot in its own format on the
-    same problems is lost. Measured (benchmarks/finetune_binding.py, 80 problems per depth, seed 5;
+    same problems is lost. Measured (research/binding/finetune_binding.py, 80 problems per depth, seed 5;
     finetune_binding_cot400.json): right 1.00 / 1.00 / 0.95, flips 1.00 / 0.97 / 0.91; on this test's 40 per depth
     flips 1.00 / 0.95 / 0.925. The backbone zero-shot: right 1.00 / 1.00 / 0.90, flips 0.99 / 0.96 / 0.85.
     120 steps were not enough at 3 hops (right 0.91, flips 0.86: the backbone's own search, made-up steps and
     loops after backing up); 400 steps at lr 3e-4 neither (flips 0.84 at 3 hops), nor the demo's lr 1e-3."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import finetune_binding  # the benchmark's reading of the backbone on the same problems
+    from research.binding import finetune_binding  # the archived probe's reading of the backbone, same problems
 
     settings = demo.DemoSettings(train_n=SEARCH_STEPS * 32, eval_n=120, seed=5, learning_rate=1e-4)
     assert settings.backbone == "logic-gpt2-search" and settings.trace == "dfs"  # the demo's defaults

@@ -1,13 +1,8 @@
 """benchmarks/prontoqa_mirror.py's summary: methods over seeds, each paired with CoT on the same problems."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import prontoqa_mirror as mirror  # noqa: E402
+from benchmarks import prontoqa_mirror as mirror
 
 IDS = [f"m{i}" for i in range(10)]
 

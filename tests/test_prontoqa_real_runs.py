@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import prontoqa_real_runs  # noqa: E402
+from benchmarks import prontoqa_real_runs
 
 
 def _run(tmp_path: Path, right: int, n: int = 800) -> Path:

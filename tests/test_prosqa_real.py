@@ -1,14 +1,11 @@
 """benchmarks/prosqa_real.py: the real test split against its surface shortcut, and held-out problems."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from anchored_reasoning.generators.prosqa import generate_dataset
 from anchored_reasoning.generators.shortcuts import RULES, parse
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import prosqa_real  # noqa: E402
+from benchmarks import prosqa_real
 
 
 def test_a_model_riding_the_best_rule_is_wrong_wherever_the_rule_is():

@@ -7,7 +7,7 @@ import torch
 
 torch.set_num_threads(1)
 
-SIZE = {"num_nodes": 7, "min_hops": 1, "max_hops": 2}
+SIZE = {"num_nodes": 7, "min_hops": 1, "max_hops": 2, "neg_depth": "any"}  # the recipes pin Coconut's draw
 
 
 @pytest.fixture(scope="module")
@@ -65,20 +65,16 @@ def test_small_prosqa_recipes_use_the_demo_problem_size():
 
 
 def test_the_benchmarks_timed_pass_grades_every_problem_and_reports_the_anchor_reuse(sft_adlm, tmp_path):
-    """tadm_speed.prosqa_eval and diffusion_reasoning.evaluate share diffusion_reasoning.timed_pass: a
+    """tadm_speed.prosqa_eval and diffusion_reasoning.evaluate share benchmarks.common.timed_pass: a
     fresh greedy pass that writes one record per problem and says how often the anchor was recomputed."""
     import argparse
-    import sys
-    from pathlib import Path
 
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import diffusion_reasoning as dr
-    import tadm_speed
-
     from anchored_reasoning.eval.runner import build_method
     from anchored_reasoning.generators.prosqa import generate_dataset
+    from benchmarks import diffusion_reasoning as dr
+    from benchmarks import tadm_speed
 
     tok = AutoTokenizer.from_pretrained(sft_adlm)
     model = AutoModelForMaskedLM.from_pretrained(sft_adlm).eval()

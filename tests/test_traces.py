@@ -3,8 +3,6 @@ recipe hook (``data.train.trace``)."""
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +10,6 @@ from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.generators.prontoqa import generate_dataset
 from anchored_reasoning.generators.traces import apply_trace, prontoqa_backward, prontoqa_rules
 from anchored_reasoning.types import Example
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 FORWARD = [
     "Stella is a zumpus. Zumpuses are gorpuses.",
@@ -89,35 +85,6 @@ def test_real_prontoqa_test_backward_steps_need_no_look_ahead():
     _assert_lookup_only(get_task("prontoqa").load("test"))
 
 
-def test_trace_order_benchmark_counts_the_choices():
-    import trace_order
-
-    rows = [trace_order.prontoqa_choices(ex) for ex in generate_dataset(50, seed=1)]
-    s = trace_order.summarize(rows, skip_first_backward=True)
-    assert s["n"] == 50 and s["proofs_backward_without_choice_after_first"] == 50
-    assert s["proofs_forward_without_choice"] == 0  # every forward step has a side branch
-    assert s["wrong_first_rule_backward_depths"] == {0: 50}
-
-
-def test_prosqa_choices_follow_the_gold_proof_and_refuse_a_broken_one():
-    """Degrees are counted along the example's own steps (not some other shortest path): a graph with two
-    shortest paths gives the counts of the one the proof takes."""
-    import trace_order
-
-    # 0 -> 1 -> 3 and 0 -> 2 -> 3; node 2 also has a second parent (4) and a second child (5)
-    meta = {"edges": [[0, 1], [0, 2], [1, 3], [2, 3], [4, 2], [2, 5]], "root": 0, "target": 3,
-            "idx_to_symbol": ["Tom", "wumpus", "yumpus", "lempus", "Bob", "zumpus"], "neg_target": 5}
-    via = lambda mid: Example(id="p", question="q", answer="lempus", meta=meta,  # noqa: E731
-                              steps=[f"Tom is a {mid}.", f"Every {mid} is a lempus."])
-    assert trace_order.prosqa_choices(via("wumpus")) == {"forward": [2, 1], "backward": [1, 2]}
-    assert trace_order.prosqa_choices(via("yumpus")) == {"forward": [2, 2], "backward": [2, 2]}
-    with pytest.raises(ValueError, match="not a path"):
-        trace_order.prosqa_choices(Example(id="p", question="q", answer="lempus", meta=meta,
-                                           steps=["Tom is a zumpus.", "Every zumpus is a lempus."]))
-    # random walks: forward 0 -> {1: reaches, 2: half (3 or the dead end 5)}; backward 3 -> {1, 2 -> {0, 4: dead}}
-    assert trace_order.prosqa_walks(via("wumpus")) == {"forward": 0.75, "backward": 0.75, "backward_wrong_turns": 1}
-
-
 def test_recipes_apply_the_trace_and_refuse_a_bad_one_before_data_work(monkeypatch):
     from anchored_reasoning.train import data_sources as ar
 
@@ -143,65 +110,6 @@ def test_a_cot_target_follows_the_backward_proof():
     target = get_method("cot", style="trained").render(ex, "prontoqa").target
     assert target.index("Rompuses are not floral.") < target.index("Zumpuses are gorpuses.") < target.index("Stella is a zumpus.")
     assert target.rstrip().endswith("False")
-
-
-def test_chain_report_reads_written_proofs_against_the_gold_order(tmp_path):
-    import json
-
-    import trace_order
-
-    ex = generate_dataset(3, seed=4)
-    gold = [s for step in apply_trace([ex[0]], "prontoqa", "backward")[0].steps for s in step.split(". ") if s]
-    gold = [s if s.endswith(".") else s + "." for s in gold]
-    records = [
-        {"id": ex[0].id, "completion": "\n".join(gold) + "[EoR]\n### " + ex[0].answer, "correct": True},
-        {"id": ex[1].id, "completion": "Every notaconcept is floral.[EoR]\n### True", "correct": False},
-        {"id": ex[2].id, "completion": "[EoR]\n### False", "correct": ex[2].answer == "False"},
-    ]
-    r = trace_order.chain_report(ex, records, "backward")
-    assert r["n"] == 3 and r["exact_proofs"] == 1 and r["conclusion_is_gold"] == 1
-    assert r["first_error"] == {"none": 1, "step_made_up": 1, "stopped_short": 1}
-    assert r["gold_sentence_at_position"][0] == 1
-    assert r["by_rule"]["exact_proofs"] == 1
-
-    # the same proof with one rule in other words: wrong as text, right as a rule
-    i = next(k for k, s in enumerate(gold) if s.startswith(("Every ", "Each ")))
-    q, _, rest = gold[i].partition(" ")
-    reworded = gold[:i] + [("Each " if q == "Every" else "Every ") + rest] + gold[i + 1:]
-    records[0] = {"id": ex[0].id, "completion": "\n".join(reworded) + "[EoR]\n### " + ex[0].answer, "correct": True}
-    r = trace_order.chain_report(ex, records, "backward")
-    assert r["exact_proofs"] == 0 and r["by_rule"]["exact_proofs"] == 1
-    assert r["first_error"]["step_in_question"] == 1 and r["by_rule"]["first_error"]["none"] == 1
-
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
-    a.write_text(json.dumps({"prontoqa": {"cot": {"per_problem": {"x": 1.0, "y": 1.0, "z": 0.0}}}}))
-    b.write_text(json.dumps({"prontoqa": {"cot": {"per_problem": {"x": 1.0, "y": 0.0, "z": 0.0, "w": 1.0}}}}))
-    p = trace_order.paired_cot(str(a), str(b))
-    assert p["n"] == 3 and p["only_a_right"] == 1 and p["only_b_right"] == 0 and p["diff"] == pytest.approx(1 / 3, abs=1e-3)
-
-
-def test_anchor_chain_report_reads_written_chains_against_the_gold_chain():
-    """The bare chain ``Sally rompus impus not sour[EoA]`` is read anchor by anchor against the target the
-    method trains on; the first wrong anchor is a real word of the question or a made-up one."""
-    import trace_order
-    from anchored_reasoning.methods.anchor_chain import AnchorChain
-
-    ex = generate_dataset(4, seed=4, hops=2, mirror_distractor=True)
-    gold = [AnchorChain().render(e, "prontoqa").target for e in ex]
-    chain0 = gold[0].split("[EoA]")[0].split()
-    other = next(w for w in ex[1].question.replace(".", " ").split() if w.endswith("pus") and w not in gold[1])
-    records = [
-        {"id": ex[0].id, "completion": gold[0], "correct": True},
-        {"id": ex[1].id, "completion": " ".join(gold[1].split("[EoA]")[0].split()[:1] + [other]) + "[EoA]\nx\n### True",
-         "correct": False},
-        {"id": ex[2].id, "completion": gold[2].split()[0] + " blorpus[EoA]\n### False", "correct": False},
-        {"id": ex[3].id, "completion": gold[3].split("[EoA]")[0].split()[0] + "[EoA]\n### True", "correct": False},
-    ]
-    r = trace_order.anchor_chain_report(ex, records)
-    assert r["n"] == 4 and r["exact_chains"] == 1 and r["conclusion_is_gold"] == 1
-    assert r["answer_right_when_conclusion_is_gold"] == 1
-    assert r["first_error"] == {"none": 1, "in_question": 1, "made_up": 1, "stopped_short": 1}
-    assert r["gold_anchor_at_position"][: len(chain0)] == [4, 1] + [1] * (len(chain0) - 2)
 
 
 def _walks_ok(ex):

@@ -51,8 +51,8 @@ BACKBONE_CONFIG = {"n_layer": 4, "n_embd": 128, "n_head": 4, "n_positions": 512,
 #: Corpus mixture: (task, generator size, share of the documents).
 MIXTURE: list[tuple[str, dict[str, Any], float]] = [
     ("prosqa", {}, 0.30),                                              # full size (the real files)
-    ("prosqa", {"num_nodes": 14, "min_hops": 1, "max_hops": 3}, 0.25),
-    ("prosqa", {"num_nodes": 7, "min_hops": 1, "max_hops": 2}, 0.20),  # the demo's size
+    ("prosqa", {"num_nodes": 14, "min_hops": 1, "max_hops": 3, "neg_depth": "any"}, 0.25),  # "any": the shipped corpus
+    ("prosqa", {"num_nodes": 7, "min_hops": 1, "max_hops": 2, "neg_depth": "any"}, 0.20),  # the demo's size
     ("prontoqa", {"hops": 5}, 0.15),                                   # the real files' depth
     ("prontoqa", {"hops": 3}, 0.10),
 ]

@@ -2,7 +2,7 @@
 
     python -m anchored_reasoning.train.backbone --out runs/bb-qa --minutes 45 --docs 60000 --seed 7 --lr 1e-3 \\
         --threads 1 --init-from anchored_reasoning/assets/logic-gpt2 --corpus questions
-    python benchmarks/backbone_probe.py --model runs/bb-qa --out benchmarks/results/backbone_probe.json
+    python -m research.backbones.backbone_probe --model runs/bb-qa --out research/backbones/results/backbone_probe.json
 
 The model continues "<facts> Is X a A or B?\\n" (the pretraining format of ``--corpus questions``)
 greedily on held-out ladder problems (shortcut-free, exactly h hops). Each derivation is read step by
@@ -23,8 +23,6 @@ import platform
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def _steps(text: str) -> list[str]:
@@ -73,7 +71,7 @@ def probe_set(backend, held: list, max_new_tokens: int = 64) -> dict:
     from anchored_reasoning.eval.metrics import mean_ci
     from anchored_reasoning.eval.search_probe import replay
     from anchored_reasoning.generators.traces import proof_sentences
-    from anchored_reasoning.train.backbone import document_answer, facts_of
+    from anchored_reasoning.train.logic_text import document_answer, facts_of
 
     swapped = {e.id[: -len(SWAP_SUFFIX)]: e for e in binding_probe_examples(held)}
     held = [e for e in held if e.id in swapped]
@@ -152,7 +150,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64, help="per continuation (a written search needs ~128 at 4 hops)")
     p.add_argument("--real", type=int, default=0, metavar="N",
                    help="also the first N problems of the real ProsQA test split (-1: all 500), by answer depth")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "backbone_probe.json"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "backbone_probe.json"))
     a = p.parse_args(argv)
     import torch
 
@@ -171,7 +169,7 @@ def main(argv=None) -> int:
                          "answer_flips": "1.0 for a model that reads the entity (the answer after ###)"},
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": {"platform": platform.platform(), "torch_threads": a.threads},
-              "command": "python benchmarks/backbone_probe.py " + " ".join(sys.argv[1:])}
+              "command": "python -m research.backbones.backbone_probe " + " ".join(sys.argv[1:])}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     rows = [*result["by_hops"].items(), *((f"real {h}", r) for h, r in result.get("real_test", {}).items())]

@@ -1,8 +1,8 @@
 """Contamination check: do evaluation problems occur in a backbone's pretraining corpus?
 
-    python benchmarks/corpus_overlap.py --out benchmarks/results/corpus_overlap_search.json
+    python -m research.backbones.corpus_overlap --out research/backbones/results/corpus_overlap_search.json
 
-Rebuilds the ``search`` corpus of ``logic-gpt2-search`` (``train.backbone.qa_corpus``, seeds 5 and 6, 120,000
+Rebuilds the ``search`` corpus of ``logic-gpt2-search`` (``research.backbones.backbone.qa_corpus``, seeds 5 and 6, 120,000
 documents each: its two pretraining runs) and counts the evaluation problems whose facts (the question
 without its query) equal those of a corpus problem (a ProsQA document or a drill): the demo's held-out problems,
 the backbone probe's ladder problems and the real ProsQA test split. One process, ~8 minutes on one core.
@@ -16,20 +16,19 @@ import platform
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", nargs="+", type=int, default=[5, 6], help="the corpus seeds of the pretraining runs")
     p.add_argument("--docs", type=int, default=120_000)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "corpus_overlap_search.json"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "corpus_overlap_search.json"))
     a = p.parse_args(argv)
     from anchored_reasoning.demo import DemoSettings, make_data
     from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
     from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train.backbone import facts_of, qa_corpus
+    from anchored_reasoning.train.logic_text import facts_of
+    from research.backbones.backbone import qa_corpus
 
     heads: set[str] = set()
     for seed in a.seeds:
@@ -46,7 +45,7 @@ def main(argv=None) -> int:
                           for k, v in sets.items()},
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": {"platform": platform.platform(), "note": "one process, one core"},
-              "command": "python benchmarks/corpus_overlap.py " + " ".join(sys.argv[1:])}
+              "command": "python -m research.backbones.corpus_overlap " + " ".join(sys.argv[1:])}
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["overlap"]))
     return 0

@@ -1,7 +1,7 @@
 """Can a logic backbone look a fact up forward (subject -> object) and backward (object -> subject), zero-shot?
 
-    python benchmarks/reverse_lookup.py --model anchored_reasoning/assets/logic-gpt2-shift \\
-        --model runs/backbone_back --out benchmarks/results/reverse_lookup.json
+    python -m research.backbones.reverse_lookup --model anchored_reasoning/assets/logic-gpt2-shift \\
+        --model runs/backbone_back --out research/backbones/results/reverse_lookup.json
 
 Walking a ProsQA graph back from an option (``trace: options_backward``) is a chain of *reverse* look-ups:
 given a concept, name a subject of a fact that ends in it. ``logic-gpt2-shift`` was pretrained on forward
@@ -26,8 +26,6 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 _FACT = re.compile(r"^(?:Every )?(\w+) is a (\w+)\.$")
 
@@ -43,7 +41,7 @@ def queries(question: str, rng: random.Random) -> dict:
     """One forward and one reverse query on a random fact of the problem, with what counts as right; each
     after two other facts of the problem restated in the query's own form (in-context examples, so that a
     backbone that never saw the ``<Y>:`` form is asked the same thing)."""
-    from anchored_reasoning.train.backbone import facts_of
+    from anchored_reasoning.train.logic_text import facts_of
 
     facts = parse_facts(question)
     names = sorted({n for f in facts for n in f})
@@ -127,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     result = {
         "what": "zero-shot fact look-up forward (subject -> object) and backward (object -> subject) after a "
-                "ProsQA problem's facts (benchmarks/reverse_lookup.py)",
-        "command": "python benchmarks/reverse_lookup.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                "ProsQA problem's facts (research/backbones/reverse_lookup.py)",
+        "command": "python -m research.backbones.reverse_lookup " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": dt.date.today().isoformat(), "machine": machine_info(), "threads": a.threads,
         "models": {m: probe(m, problems) for m in a.model},
     }

@@ -62,7 +62,7 @@ def run_record(args, model, script: str, argv: list[str] | None) -> dict[str, An
     return {"args": {k: v for k, v in vars(args).items() if k != "out"},
             "parameters": sum(p.numel() for p in model.parameters()),
             "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
-            "threads": 1, "command": f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv)}
+            "threads": 1, "command": f"python -m research.binding.{script.removesuffix('.py')} " + " ".join(sys.argv[1:] if argv is None else argv)}
 
 
 def save(path: Path, label: str, run: dict[str, Any]) -> None:

@@ -1,9 +1,9 @@
 """Can a backbone learn associative recall in the ProsQA sentence form? The lookup every derivation step
 needs, on its own: a plain PyTorch loop on fresh synthetic documents, scored on held-out ones.
 
-    OMP_NUM_THREADS=1 python benchmarks/assoc_recall.py --label logic-gpt2 --steps 12000
-    OMP_NUM_THREADS=1 python benchmarks/assoc_recall.py --label llama-2x128 --llama 2 128 4 --lr 3e-3
-        # each adds its curve to benchmarks/results/assoc_recall.json (rewritten at every evaluation)
+    OMP_NUM_THREADS=1 python -m research.binding.assoc_recall --label logic-gpt2 --steps 12000
+    OMP_NUM_THREADS=1 python -m research.binding.assoc_recall --label llama-2x128 --llama 2 128 4 --lr 3e-3
+        # each adds its curve to research/binding/results/assoc_recall.json (rewritten at every evaluation)
 
 A document is ``k`` facts with distinct entity subjects, ``"Bob is a wumpus. Tom is a lempus. ..."``,
 then ``k`` queries ``"\\n### Bob is a"`` whose next word (the only labelled token) is that subject's
@@ -28,14 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT = ROOT / "benchmarks" / "results" / "assoc_recall.json"
+OUT = Path(__file__).resolve().parent / "results" / "assoc_recall.json"
 
-from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch  # noqa: E402
+from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _fresh_loop import build_model, optimizer, run_record, save, train_step  # noqa: E402
+from research.binding._fresh_loop import build_model, optimizer, run_record, save, train_step
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,10 +1,10 @@
 """Does a backbone learn the ProsQA lookup when it cannot memorise? A plain PyTorch loop (no trainer) on
 problems drawn fresh for every batch, with the binding probe and a fact-recall probe on held-out problems.
 
-    OMP_NUM_THREADS=1 python benchmarks/binding_fresh.py --label logic-gpt2 --steps 12000
-    OMP_NUM_THREADS=1 python benchmarks/binding_fresh.py --label llama-rope --llama 4 128 4 --steps 12000
-    OMP_NUM_THREADS=1 python benchmarks/binding_fresh.py --label recall-drill --recall 0.5 --steps 12000
-        # each adds its curve to benchmarks/results/binding_fresh.json (rewritten at every evaluation,
+    OMP_NUM_THREADS=1 python -m research.binding.binding_fresh --label logic-gpt2 --steps 12000
+    OMP_NUM_THREADS=1 python -m research.binding.binding_fresh --label llama-rope --llama 4 128 4 --steps 12000
+    OMP_NUM_THREADS=1 python -m research.binding.binding_fresh --label recall-drill --recall 0.5 --steps 12000
+        # each adds its curve to research/binding/results/binding_fresh.json (rewritten at every evaluation,
         # so a run stopped early keeps what it measured, with the step it reached)
 
 Issue 10 found that fine-tuned models do not read the asked entity, and one suspect was memorisation:
@@ -34,14 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-OUT = ROOT / "benchmarks" / "results" / "binding_fresh.json"
+OUT = Path(__file__).resolve().parent / "results" / "binding_fresh.json"
 
-from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch, tokenize_rendered  # noqa: E402
+from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch, tokenize_rendered
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _fresh_loop import build_model, optimizer, run_record, save, train_step  # noqa: E402
+from research.binding._fresh_loop import build_model, optimizer, run_record, save, train_step
 
 
 def parse_args(argv=None) -> argparse.Namespace:

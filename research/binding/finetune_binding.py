@@ -1,8 +1,8 @@
 """Does fine-tuning keep what the backbone does zero-shot? Binding and accuracy by depth, before and after.
 
-    python benchmarks/finetune_binding.py --lrs 1e-3 3e-4 1e-4 --steps 120 --threads 1
-    python benchmarks/finetune_binding.py --lrs 1e-3 --steps 400 --out /tmp/fb.json     # one more point
-    python benchmarks/finetune_binding.py --option answer_line=false --out /tmp/fb.json  # CoT without its answer line
+    python -m research.binding.finetune_binding --lrs 1e-3 3e-4 1e-4 --steps 120 --threads 1
+    python -m research.binding.finetune_binding --lrs 1e-3 --steps 400 --out /tmp/fb.json     # one more point
+    python -m research.binding.finetune_binding --option answer_line=false --out /tmp/fb.json  # CoT without its answer line
 
 The demo's CoT (the written depth-first search, steps joined by a space; ``anchored_reasoning.demo``; another
 trained method and its options with ``--method`` and ``--option key=value``) is
@@ -13,7 +13,7 @@ asked about the other entity: does the answer flip?). The backbone itself is rea
 problems in its pretraining format ("<question>\\n<search> ### <answer>", ``backbone_probe.probe_set``),
 so every fine-tuned figure has its zero-shot counterpart beside it. Chance: 0.5 right; a model that
 ignores the asked entity flips 0. Writes one JSON (default
-``benchmarks/results/finetune_binding.json``).
+``research/binding/results/finetune_binding.json``).
 """
 from __future__ import annotations
 
@@ -25,15 +25,13 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from anchored_reasoning.machine import machine_info  # noqa: E402
+from anchored_reasoning.machine import machine_info
+
 
 
 def zero_shot(backbone: str, held: list, hops: dict[str, int], max_new_tokens: int) -> dict[str, dict]:
     """The backbone in its own format, per depth: right (with its 95% interval) and flips."""
-    import backbone_probe
+    from research.backbones import backbone_probe
 
     from anchored_reasoning.backends import get_backend
     from anchored_reasoning.models.zoo import resolve_model
@@ -104,7 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--work", default="runs/finetune_binding")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "finetune_binding.json"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "finetune_binding.json"))
     p.add_argument("--machine-note", default=None)
     args = p.parse_args(argv)
     import torch
@@ -128,7 +126,7 @@ def main(argv=None) -> int:
               "machine": machine_info(torch_threads=args.threads, **({"note": args.machine_note} if args.machine_note else {})),
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "wall_seconds": round(time.monotonic() - t0, 1),
-              "command": "python benchmarks/finetune_binding.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+              "command": "python -m research.binding.finetune_binding " + " ".join(sys.argv[1:] if argv is None else argv)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     for h, z in result["zero_shot"].items():

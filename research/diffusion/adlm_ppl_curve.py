@@ -1,6 +1,6 @@
 """ADLM / MDLM perplexity ratio as a curve over training size, at equal tokens and at equal FLOPs.
 
-    OMP_NUM_THREADS=1 ANCHORED_REASONING_DATA=../shared/data python benchmarks/adlm_ppl_curve.py \\
+    OMP_NUM_THREADS=1 ANCHORED_REASONING_DATA=../shared/data python -m research.diffusion.adlm_ppl_curve \\
         --sizes 0.5 1.25 2.5 5 10 --seeds 0 1 2 --threads 1 --work-dir runs/ppl_curve
 
 The setup of ``adlm_vs_mdlm.py``'s perplexity part (same tokenizer, data, widths, loss, learning
@@ -20,7 +20,7 @@ lies beyond the largest size trained. Rerunning a finished command retrains noth
 the summary and the plot.
 
 Checkpoints are saved at every scored step; a killed run resumes from its last one with the scores
-it had (rerun the same command). Writes ``benchmarks/results/adlm_ppl_curve.json`` and ``.png``.
+it had (rerun the same command). Writes ``research/diffusion/results/adlm_ppl_curve.json`` and ``.png``.
 """
 from __future__ import annotations
 
@@ -34,9 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import adlm_vs_mdlm as base  # noqa: E402  (the shared setup: data, models, trainer arguments)
-from anchored_reasoning.machine import machine_info  # noqa: E402
+from benchmarks import adlm_vs_mdlm as base  # (the shared setup: data, models, trainer arguments)
+from anchored_reasoning.machine import machine_info
 
 log = logging.getLogger("adlm_ppl_curve")
 GOAL = 0.92
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     flops_steps = [int(round(s * r)) for s in steps]
     result: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
-        "command": "python benchmarks/adlm_ppl_curve.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m research.diffusion.adlm_ppl_curve " + " ".join(sys.argv[1:] if argv is None else argv),
         "setup": {"sizes_million_tokens": args.sizes, "adlm_steps": steps, "mdlm_steps_equal_flops": flops_steps,
                   "flops_ratio_adlm_over_mdlm": r, "tokens_per_step": tps, "train_tokens_available": n_train,
                   "epochs_at_largest": steps[-1] * tps / n_train, "width": args.width, "layers": args.layers,

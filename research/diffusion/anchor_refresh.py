@@ -1,10 +1,10 @@
 """Which steps deserve a fresh anchor: TADM's K-periodic refresh against the confidence-triggered one.
 
     # per seed, after benchmarks/diffusion_reasoning.py trained it (the same options pick the same models)
-    OMP_NUM_THREADS=1 python benchmarks/anchor_refresh.py run --seed 0 --workdir runs/diffusion_reasoning \\
+    OMP_NUM_THREADS=1 python -m research.diffusion.anchor_refresh run --seed 0 --workdir runs/diffusion_reasoning \\
         --tag _a3 --mdlm-shared-layers 0 --mdlm-anchor-layers 3
-    python benchmarks/anchor_refresh.py aggregate --workdir runs/diffusion_reasoning --tag _a3 \\
-        --out benchmarks/results/anchor_refresh_a3.json
+    python -m research.diffusion.anchor_refresh aggregate --workdir runs/diffusion_reasoning --tag _a3 \\
+        --out research/diffusion/results/anchor_refresh_a3.json
 
 Low-confidence decoding reveals the easy tokens of a response (format, padding) first and the decisive
 ones (the looked-up entity, the answer) last, so a refresh every K steps spends most fresh anchors on
@@ -38,9 +38,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import diffusion_reasoning as dr  # noqa: E402
-from anchored_reasoning.machine import machine_info  # noqa: E402
+from benchmarks import diffusion_reasoning as dr
+from anchored_reasoning.machine import machine_info
 
 logger = logging.getLogger("anchor_refresh")
 VALID_SEED = 4343

@@ -1,6 +1,6 @@
 """Held-out accuracy of a diffusion-SFT'd model on generated ladder ProsQA, and a forced choice.
 
-    python benchmarks/diffusion_sft_check.py runs/dmdlm_arinit_cot --hops 1 --gen-length 16 --method trained:cot
+    python -m research.diffusion.diffusion_sft_check runs/dmdlm_arinit_cot --hops 1 --gen-length 16 --method trained:cot
 
 Generates ``--n`` problems at the ladder size of ``--hops`` (seed 4242, unseen by the SFT recipes,
 which draw from seeds 0-2), runs them through the evaluation runner and the diffusion backend

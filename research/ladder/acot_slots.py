@@ -1,7 +1,7 @@
 """What the [ANT] slots of a trained ACoT model carry, slot by slot and depth by depth.
 
-    python benchmarks/acot_slots.py --run acot=/work/runs/ladder_shift_long/acot/seed0/model \\
-        --run acot_keep=/work/runs/ladder_shift_long/acot_keep/seed0/model --out benchmarks/results/acot_slots.json
+    python -m research.ladder.acot_slots --run acot=/work/runs/ladder_shift_long/acot/seed0/model \\
+        --run acot_keep=/work/runs/ladder_shift_long/acot_keep/seed0/model --out research/ladder/results/acot_slots.json
 
 For every checkpoint (an ACoT model of the depth ladder) and the ladder's held-out problems (the same
 generator seed and sizes as ``depth_ladder.py``), four readings of the slots:
@@ -36,9 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from depth_ladder import ladder_problems  # noqa: E402  (the ladder's own problems)
+from benchmarks.depth_ladder import ladder_problems  # (the ladder's own problems)
 
 log = logging.getLogger("acot_slots")
 
@@ -52,7 +50,7 @@ def parse_args(argv=None):
     p.add_argument("--generate", type=int, default=96,
                    help="greedy answers with the slots visible and hidden, at most this many new tokens (0: skip)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default="benchmarks/results/acot_slots.json")
+    p.add_argument("--out", default="research/ladder/results/acot_slots.json")
     return p.parse_args(argv)
 
 
@@ -240,7 +238,7 @@ def main(argv=None) -> int:
                                                    "forced": v["forced_choice"], "greedy": v.get("greedy_recomputed")} for h, v in results[label]["by_hops"].items()}))
     out = {"runs": results, "setup": {"hops": args.hops, "eval_n_per_depth": args.eval_n, "train_n": args.train_n},
            "machine": {**machine_info(), "note": f"{args.threads} thread(s)"}, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "command": "python benchmarks/acot_slots.py " + " ".join(sys.argv[1:]), "wall_seconds": round(time.monotonic() - t0, 1)}
+           "command": "python -m research.ladder.acot_slots " + " ".join(sys.argv[1:]), "wall_seconds": round(time.monotonic() - t0, 1)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0

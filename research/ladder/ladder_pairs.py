@@ -1,9 +1,9 @@
 """Paired comparisons across two depth-ladder JSONs: a method run at another budget against a ladder's methods.
 
-    python benchmarks/ladder_pairs.py \\
+    python -m research.ladder.ladder_pairs \\
         --a benchmarks/results/depth_ladder_walk2000.json:anchor_walk \\
         --b benchmarks/results/depth_ladder_search.json:cot --b benchmarks/results/depth_ladder_search.json:nocot \\
-        --out benchmarks/results/depth_ladder_walk2000_pairs.json
+        --out research/ladder/results/depth_ladder_walk2000_pairs.json
 
 A ladder JSON holds runs of one budget (``depth_ladder.SAME_EXPERIMENT``), so a method trained longer
 (to its own convergence) lives in its own JSON. When both were evaluated on the same held-out problems
@@ -22,9 +22,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 #: setup keys that fix the held-out problems: two ladders pair up only if these agree
 SAME_PROBLEMS = ("hops", "train_problems", "held_out_per_depth")
@@ -68,7 +65,7 @@ def budget(data: dict[str, Any], label: str) -> dict[str, Any]:
 
 def compare(a_spec: str, b_spec: str) -> dict[str, Any]:
     """Per depth: a - b paired over the shared problems, both accuracies and the token ratio."""
-    from depth_ladder import paired
+    from benchmarks.depth_ladder import paired
 
     a, a_label, a_path = side(a_spec)
     b, b_label, b_path = side(b_spec)
@@ -111,7 +108,7 @@ def main(argv=None) -> int:
         print(name, {h: f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] x{r['token_ratio']:.2f}"
                      for h, r in c["by_hops"].items()})
     out = {"pairs": pairs, "chance": 0.5, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "command": "python benchmarks/ladder_pairs.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+           "command": "python -m research.ladder.ladder_pairs " + " ".join(sys.argv[1:] if argv is None else argv)}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 

@@ -1,7 +1,7 @@
 """Would stopping a looping walk at generation cut its tokens? Read off the graded records, no model run.
 
-    python benchmarks/prosqa_real.py --run <run> ...     # grade the walk runs first (their records are read)
-    python benchmarks/loop_stop.py                       # every walk entry of prosqa_real_cpu.json
+    python -m benchmarks.prosqa_real --run <run> ...     # grade the walk runs first (their records are read)
+    python -m research.ladder.loop_stop                       # every walk entry of prosqa_real_cpu.json
 
 A walk (``anchor_chain`` with ``revisits``) that never reaches an option writes nodes until the generation budget
 cuts it: on the marked walk without its answer line (seed 0) 38 of its 41 unanswered problems run to the 96-token
@@ -11,7 +11,7 @@ greedy, so a stopped generation is exactly the recorded completion up to the sto
 many walks the rule stops, how many of them were right (lost, a stopped walk has no answer), and the mean tokens
 with the rule (a stopped walk's tokens counted by tokenizing its text up to the stop with the run's tokenizer).
 
-Writes ``benchmarks/results/loop_stop.json``; a run whose records are not on this machine keeps its result from
+Writes ``research/ladder/results/loop_stop.json``; a run whose records are not on this machine keeps its result from
 the file it replaces.
 """
 from __future__ import annotations
@@ -20,16 +20,13 @@ import argparse
 import datetime as dt
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from anchored_reasoning.generators.traces import BACK_WORD
+from anchored_reasoning.methods.anchored import EOA
 
-from anchored_reasoning.generators.traces import BACK_WORD  # noqa: E402
-from anchored_reasoning.methods.anchored import EOA  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def stop_at(completion: str, k: int, marker: str = BACK_WORD) -> int | None:
@@ -81,9 +78,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graded", default=str(ROOT / "benchmarks" / "results" / "prosqa_real_cpu.json"))
     p.add_argument("--k", type=int, nargs="+", default=[2, 3, 4, 5])
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "loop_stop.json"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "loop_stop.json"))
     args = p.parse_args(argv)
-    from prosqa_real import backup_word
+    from benchmarks.prosqa_real import backup_word
     from transformers import AutoTokenizer
 
     from anchored_reasoning.eval.runner import load_records
@@ -110,7 +107,7 @@ def main(argv=None) -> int:
         recs = load_records(records, repair=False)
         runs[key] = [rule_effect(recs, k, count, backup_word(options)) for k in args.k]
         print(key, json.dumps(runs[key][0]), flush=True)
-    out = {"date": dt.date.today().isoformat(), "machine": machine_info(), "command": "python benchmarks/loop_stop.py",
+    out = {"date": dt.date.today().isoformat(), "machine": machine_info(), "command": "python -m research.ladder.loop_stop",
            "rule": "stop a walk when it steps down into one node for the k-th time (its entity counts once)",
            "runs": runs}
     out_path.write_text(json.dumps(out, indent=2) + "\n")

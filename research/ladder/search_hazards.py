@@ -1,8 +1,8 @@
 """Where written searches break on the real ProsQA test: the rate of a first error right after a step down
 and right after a back-up, and whether those two rates account for the accuracy by depth.
 
-    python benchmarks/prosqa_real.py --run <run> ...          # grade the runs first (their records are read)
-    python benchmarks/search_hazards.py                       # every search entry of prosqa_real_cpu.json
+    python -m benchmarks.prosqa_real --run <run> ...          # grade the runs first (their records are read)
+    python -m research.ladder.search_hazards                       # every search entry of prosqa_real_cpu.json
 
 For each graded run that writes a search (``trace: dfs``, as sentences or, with the anchor chain's
 ``revisits``, as the walk of nodes), every test record is replayed by ``eval.search_probe``. A move is made
@@ -18,7 +18,7 @@ mean of that by hop count is set beside the share of searches that did reach the
 The gold search's steps down and back-ups by hop count are in ``gold_search``, and by whether the split's
 surface rule is right on the problem in ``gold_search_by_surface_rule``.
 
-Writes ``benchmarks/results/search_hazards.json``; a group whose runs' records are not all on this machine keeps
+Writes ``research/ladder/results/search_hazards.json``; a group whose runs' records are not all on this machine keeps
 its result from the file it replaces (``kept_from``).
 """
 from __future__ import annotations
@@ -30,11 +30,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from anchored_reasoning.generators.traces import BACK_WORD
 
-from anchored_reasoning.generators.traces import BACK_WORD  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 CONTEXTS = ("start", "down", "back")
 
@@ -128,7 +126,7 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
     machine (a fresh checkout holds the graded JSON, not the runs) keeps its ``previous`` result (``kept_from``:
     that result's date), with the runs that are here and were not in it under ``unpooled_runs`` (each run's
     rates), so a rerun loses nothing it cannot recompute."""
-    from prosqa_real import backup_word, entry_key, seed_groups, shortcut_groups
+    from benchmarks.prosqa_real import backup_word, entry_key, seed_groups, shortcut_groups
 
     from anchored_reasoning.eval.probes import hops_of
     from anchored_reasoning.eval.runner import load_records
@@ -193,7 +191,7 @@ def main(argv=None) -> int:
     p.add_argument("--graded", default=str(ROOT / "benchmarks" / "results" / "prosqa_real_cpu.json"),
                    help="prosqa_real.py's JSON: its entries name the runs' records")
     p.add_argument("--resamples", type=int, default=2000)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "search_hazards.json"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "search_hazards.json"))
     args = p.parse_args(argv)
     from anchored_reasoning.machine import machine_info
     from anchored_reasoning.tasks import get_task
@@ -206,7 +204,7 @@ def main(argv=None) -> int:
     if not result["groups"]:
         raise SystemExit(f"no graded search run with its records on this machine in {args.graded}")
     result.update({"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(),
-                   "command": "python benchmarks/search_hazards.py " + " ".join(sys.argv[1:] if argv is None else argv)})
+                   "command": "python -m research.ladder.search_hazards " + " ".join(sys.argv[1:] if argv is None else argv)})
     out.write_text(json.dumps(result, indent=2) + "\n")
     for name, g in result["groups"].items():
         h = g["hazard"]

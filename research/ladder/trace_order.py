@@ -1,6 +1,6 @@
 """How many choices a proof makes forward (entity -> goal) and backward (goal -> entity), per task.
 
-    ANCHORED_REASONING_DATA=../shared/data python benchmarks/trace_order.py
+    ANCHORED_REASONING_DATA=../shared/data python -m research.ladder.trace_order
 
 A forward CoT step picks one of the rules leaving the current concept; only the one that leads to the
 goal is right, so every step with more than one is a choice that needs look-ahead. A backward step picks
@@ -18,7 +18,7 @@ one of the rules *ending* in the current concept. This counts, along each gold p
 ``--records ORDER RECORDS`` (repeatable) also reads a ProntoQA CoT model's evaluation records on the
 real test against the gold proof in that order (``chain_report``): exact proofs, gold sentence by
 position, the first wrong sentence (a rule of the question, or made up), and whether the answer
-follows a gold conclusion. Writes ``benchmarks/results/trace_order.json``. No model is involved: this is a property of the data,
+follows a gold conclusion. Writes ``research/ladder/results/trace_order.json``. No model is involved: this is a property of the data,
 the reason ``generators/traces.py`` offers ``trace: backward`` for ProntoQA.
 """
 from __future__ import annotations
@@ -31,10 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from anchored_reasoning.generators.prontoqa import PROPERTY_FAMILIES
+from benchmarks.common import chain_report
 
-from anchored_reasoning.generators.prontoqa import PROPERTY_FAMILIES  # noqa: E402
 
 PROPERTY_WORDS = {w for family in PROPERTY_FAMILIES for w in family}
 
@@ -150,106 +149,6 @@ def summarize(rows: Iterable[dict[str, Any]], skip_first_backward: bool) -> dict
     return out
 
 
-def _against_gold(rows) -> dict[str, Any]:
-    """Counts over ``(gold, written, wrong_kind, conclusion_is_gold, correct)`` rows, where ``gold`` and
-    ``written`` are sequences read item by item and ``wrong_kind(i)`` names a wrong written item i."""
-    n = exact = conclusion = right_after = correct = 0
-    at = collections.Counter()
-    first_error = collections.Counter()
-    for gold, written, wrong_kind, conclusion_is_gold, right in rows:
-        n += 1
-        correct += bool(right)
-        exact += written == gold
-        for i, item in enumerate(written[: len(gold)]):
-            at[i] += item == gold[i]
-        wrong = next((i for i, g in enumerate(gold) if i >= len(written) or written[i] != g), None)
-        if wrong is None:
-            first_error["none"] += 1  # the gold read in full (anything written after it is not counted)
-        elif wrong >= len(written):
-            first_error["stopped_short"] += 1
-        else:
-            first_error[wrong_kind(wrong)] += 1
-        if conclusion_is_gold:
-            conclusion += 1
-            right_after += bool(right)
-    return {"n": n, "accuracy": round(correct / max(1, n), 4), "exact": exact,
-            "at_position": [at[i] for i in range(max(at) + 1)] if at else [],
-            "first_error": dict(first_error.most_common()), "conclusion_is_gold": conclusion,
-            "answer_right_when_conclusion_is_gold": right_after}
-
-
-def chain_report(examples, records: Iterable[dict[str, Any]], order: str) -> dict[str, Any]:
-    """How a ProntoQA CoT model's written proofs (eval records) compare with the gold proof in ``order``.
-
-    Sentence by sentence (the gold steps split into sentences): exact proofs, the gold sentence at each
-    position, where the first wrong sentence is and whether it is a rule of the question
-    (``in_question``) or not (``made_up``), and how often the conclusion (last sentence) is the gold
-    one and the answer is right then. ``by_rule`` reads the same proofs with each sentence parsed to its
-    rule (``("rompus", False, "impus")``), so a right step in other words ("Every rompus is an impus."
-    for the question's "Each rompus is an impus.") counts as right there: the concept chain, as
-    ``anchor_chain_report`` reads a bare chain.
-    """
-    from anchored_reasoning.eval.probes import derivation_text
-    from anchored_reasoning.generators.traces import apply_trace, proof_sentences, prontoqa_rules
-
-    by_id = {ex.id: ex for ex in examples}
-    proofs = []
-    for r in records:
-        ex = by_id[r["id"]]
-        gold = [s for step in apply_trace([ex], "prontoqa", order)[0].steps for s in proof_sentences(step)]
-        written = proof_sentences(derivation_text(r["completion"]))
-        proofs.append((gold, written, set(prontoqa_rules(ex.question)), r["correct"]))
-
-    def rule(sentence: str):
-        parsed = prontoqa_rules(sentence)
-        return parsed[0] if parsed else sentence
-
-    def rows(parse):
-        for gold, written, rules, correct in proofs:
-            g, w = [parse(x) for x in gold], [parse(x) for x in written]
-
-            def kind(i, n=len(g), written=written, rules=rules):
-                where = "conclusion" if i == n - 1 else "step"
-                return f"{where}_{'in_question' if rule(written[i]) in rules else 'made_up'}"
-            yield g, w, kind, bool(w) and w[-1] == g[-1], correct
-
-    c, by_rule = _against_gold(rows(str)), _against_gold(rows(rule))
-    return {"order": order, "n": c["n"], "accuracy": c["accuracy"], "exact_proofs": c["exact"],
-            "gold_sentence_at_position": c["at_position"], "first_error": c["first_error"],
-            "conclusion_is_gold": c["conclusion_is_gold"],
-            "answer_right_when_conclusion_is_gold": c["answer_right_when_conclusion_is_gold"],
-            "by_rule": {"exact_proofs": by_rule["exact"], "gold_rule_at_position": by_rule["at_position"],
-                        "first_error": by_rule["first_error"]}}
-
-
-def anchor_chain_report(examples, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """How an ``anchor_chain`` model's written chains (``Sally rompus impus not sour[EoA]``) compare with
-    the gold chain the method trains on: exact chains, the gold anchor at each position, the first wrong
-    anchor (``stopped_short``, ``made_up``: a word that is no concept or property of the question, or
-    ``in_question``: a real one off the chain), and how often the conclusion sentence written after the
-    chain is the gold one and the answer is right then."""
-    from anchored_reasoning.methods.anchor_chain import AnchorChain
-    from anchored_reasoning.methods.anchored import EOA
-
-    method = AnchorChain()
-    by_id = {ex.id: ex for ex in examples}
-
-    def rows():
-        for r in records:
-            ex = by_id[r["id"]]
-            gold_chain, _, gold_rest = method.render(ex, "prontoqa").target.partition(EOA)
-            chain, _, rest = r["completion"].partition(EOA)
-            written, words = chain.split(), set(ex.question.replace(".", " ").split())
-            yield (gold_chain.split(), written,
-                   lambda i, w=written, words=words: "in_question" if w[i] in words else "made_up",
-                   rest.strip().split("\n")[0] == gold_rest.strip().split("\n")[0], r["correct"])
-
-    c = _against_gold(rows())
-    return {"n": c["n"], "accuracy": c["accuracy"], "exact_chains": c["exact"], "gold_anchor_at_position": c["at_position"],
-            "first_error": c["first_error"], "conclusion_is_gold": c["conclusion_is_gold"],
-            "answer_right_when_conclusion_is_gold": c["answer_right_when_conclusion_is_gold"]}
-
-
 def paired_cot(a_json: str, b_json: str, task: str = "prontoqa", method: str = "cot") -> dict[str, Any]:
     """``method``'s per-problem accuracy in two acot_vs_cot.py JSONs, A - B on the problems both scored."""
     from anchored_reasoning.eval.compare import mcnemar_exact
@@ -273,7 +172,7 @@ def main(argv=None) -> int:
                    help="also read a ProntoQA CoT model's eval records (real test) against the gold proof in ORDER")
     p.add_argument("--paired", nargs=2, metavar=("A_JSON", "B_JSON"), default=None,
                    help="two acot_vs_cot.py JSONs: ProntoQA CoT of A minus B, per problem (bootstrap + McNemar)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "trace_order.json"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "trace_order.json"))
     args = p.parse_args(argv)
     from anchored_reasoning.generators.prontoqa import generate_dataset
     from anchored_reasoning.generators.prosqa import generate_dataset as prosqa_dataset
@@ -296,7 +195,7 @@ def main(argv=None) -> int:
         **({"chains": chains} if chains else {}),
         **({"paired": paired_cot(*args.paired)} if args.paired else {}),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python benchmarks/trace_order.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m research.ladder.trace_order " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

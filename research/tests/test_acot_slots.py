@@ -1,14 +1,10 @@
-"""benchmarks/acot_slots.py: the slot readings of an ACoT model, and the mask that hides the slots
+"""research/ladder/acot_slots.py: the slot readings of an ACoT model, and the mask that hides the slots
 from every later position (the test that tells whether the answer reads them)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import acot_slots  # noqa: E402
+from research.ladder import acot_slots
 
 
 @pytest.fixture(scope="module")

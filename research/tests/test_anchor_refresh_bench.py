@@ -1,15 +1,11 @@
-"""benchmarks/anchor_refresh.py's selection and pooling, on synthetic seeds (no model): the pick is the most
+"""research/diffusion/anchor_refresh.py's selection and pooling, on synthetic seeds (no model): the pick is the most
 accurate confidence setting within K = 3's anchor budget, and the goal check reads the paired test and the
 side-by-side speed ratio."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import anchor_refresh as ar  # noqa: E402
+from research.diffusion import anchor_refresh as ar
 
 
 def test_pick_is_the_most_accurate_setting_within_the_budget():

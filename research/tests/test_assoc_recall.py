@@ -1,16 +1,13 @@
-"""benchmarks/assoc_recall.py: documents label each query's object and nothing else, the floor is the
+"""research/binding/assoc_recall.py: documents label each query's object and nothing else, the floor is the
 no-subject score, and a short run writes a scored curve."""
 from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import assoc_recall as ar  # noqa: E402
+from research.binding import assoc_recall as ar
 
 
 @pytest.fixture(scope="module")

@@ -103,15 +103,11 @@ def test_question_aware_corpus_keeps_the_question_and_drills_restate_facts():
 
 
 def test_shipped_shift_backbone_looks_facts_up_and_reads_the_entity():
-    """logic-gpt2-shift, zero-shot on held-out shortcut-free problems (benchmarks/backbone_probe.py): its
+    """logic-gpt2-shift, zero-shot on held-out shortcut-free problems (research/backbones/backbone_probe.py): its
     first derivation step is a fact of the problem, and on 1 hop its answer is right and follows the asked
     entity; the plain logic-gpt2 on the same problems answers the same whichever entity is asked."""
-    import sys
-
     from anchored_reasoning.models.zoo import resolve_model
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import backbone_probe
+    from research.backbones import backbone_probe
 
     shift = backbone_probe.probe(resolve_model("logic-gpt2-shift"), [1, 2], 40, 777)
     assert shift["1"]["first_step_is_a_fact"] >= 0.9 and shift["2"]["first_step_is_a_fact"] >= 0.9
@@ -121,15 +117,11 @@ def test_shipped_shift_backbone_looks_facts_up_and_reads_the_entity():
 
 
 def test_shipped_search_backbone_searches_and_reads_the_entity_at_every_depth():
-    """logic-gpt2-search zero-shot (benchmarks/backbone_probe.py, the committed probe's problems): it writes the
+    """logic-gpt2-search zero-shot (research/backbones/backbone_probe.py, the committed probe's problems): it writes the
     search from the asked entity and its answer is right and flips with the asked entity on >= 90% of the
     held-out problems at 1, 2 and 3 hops (issue 10, item 1's bar; backbone_probe_search.json)."""
-    import sys
-
     from anchored_reasoning.models.zoo import resolve_model
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import backbone_probe
+    from research.backbones import backbone_probe
 
     got = backbone_probe.probe(resolve_model("logic-gpt2-search"), [1, 2, 3], 100, 4242, max_new_tokens=160)
     for h, r in got.items():
@@ -141,10 +133,7 @@ def test_shipped_search_backbone_searches_and_reads_the_entity_at_every_depth():
 def test_probe_branch_choice_on_a_hand_built_graph():
     """backbone_probe's branch breakdown on a graph known by hand: Tom -> a -> x (the answer),
     Tom -> b -> c (a dead end), Tom -> d -> y (the other option)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import backbone_probe as bp
+    from research.backbones import backbone_probe as bp
 
     children = {"Tom": {"a", "b", "d"}, "a": {"x"}, "b": {"c"}, "d": {"y"}}
     choice = bp.branch_choice([(children, [("Tom", "a")], "Tom", "x"), (children, [("Tom", "b"), ("b", "c")], "Tom", "x"),
@@ -222,10 +211,7 @@ def test_search_corpus_writes_prosqa_as_the_depth_first_search():
 
 def test_reverse_lookup_probe_grades_both_directions():
     import random
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import reverse_lookup
+    from research.backbones import reverse_lookup
 
     q = ("Tom is a wumpus. Every wumpus is a lempus. Every gerpus is a lempus. Sam is a gerpus. "
          "Every lempus is a rorpus. Is Tom a rorpus or gerpus?")

@@ -1,14 +1,11 @@
-"""benchmarks/binding_fresh.py: the recall drill labels each re-stated fact's object and nothing else,
+"""research/binding/binding_fresh.py: the recall drill labels each re-stated fact's object and nothing else,
 and a short run scores held-out problems and writes its curve."""
 from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import binding_fresh as bf  # noqa: E402
+from research.binding import binding_fresh as bf
 
 QUESTION = "Every wumpus is a yumpus. Bob is a wumpus. Bob is a zumpus. Alex is a jompus. Is Bob a yumpus or jompus?"
 

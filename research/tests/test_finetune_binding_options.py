@@ -1,13 +1,9 @@
-"""benchmarks/finetune_binding.py's method options: how ``--option`` values are read and where a run is written."""
+"""research/binding/finetune_binding.py's method options: how ``--option`` values are read and where a run is written."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import finetune_binding  # noqa: E402
+from research.binding import finetune_binding
 
 
 def test_options_are_read_as_json_values_and_strings_stay_strings():

@@ -1,12 +1,9 @@
-"""benchmarks/loop_stop.py: where a stop rule would cut a walk, and what it would cost, read off records."""
+"""research/ladder/loop_stop.py: where a stop rule would cut a walk, and what it would cost, read off records."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import loop_stop  # noqa: E402
+from research.ladder import loop_stop
 
 # Tom -> terpus -> gorpus, back to terpus, into gorpus again (a loop), back, lempus
 LOOP = "Tom terpus gorpus Back terpus gorpus Back terpus lempus[EoA]"

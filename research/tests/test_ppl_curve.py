@@ -1,16 +1,14 @@
-"""benchmarks/adlm_ppl_curve.py: the trend fit finds a known slope and crossing, and a run scored at
+"""research/diffusion/adlm_ppl_curve.py: the trend fit finds a known slope and crossing, and a run scored at
 several sizes resumes -- a longer curve continues from the last checkpoint with the scores it had."""
 from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import adlm_ppl_curve as curve  # noqa: E402
+from research.diffusion import adlm_ppl_curve as curve
 
 
 def test_fit_trend_recovers_a_power_law_and_its_crossing():

@@ -1,15 +1,13 @@
-"""benchmarks/search_hazards.py: a rerun recomputes what it has the records for and keeps what it has not."""
+"""research/ladder/search_hazards.py: a rerun recomputes what it has the records for and keeps what it has not."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from anchored_reasoning.generators.prosqa import generate_dataset
 from anchored_reasoning.generators.traces import prosqa_dfs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import search_hazards  # noqa: E402
+from research.ladder import search_hazards
 
 
 def _entry(seed: int, records: Path) -> dict:
