@@ -14,7 +14,7 @@ The last one reads no chain, but on the published 5-hop split it is always right
 test 800/800; the generator here reproduces it): the distractor's concept is named only in its own
 rule, every concept of the proof at least four times. So a model can answer the real test without
 the 5-hop proof; 0.8 there is evidence of one look-up's worth of reading, not of multi-hop
-reasoning (``benchmarks/trace_order.py`` shows the same from the proof's side).
+reasoning (``research/ladder/trace_order.py`` shows the same from the proof's side).
 
     python -m anchored_reasoning.generators.prontoqa_shortcuts --file ../shared/data/prontoqa/test.json
 """

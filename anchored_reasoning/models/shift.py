@@ -8,7 +8,7 @@ token shift / the short convolution of H3 and Based, on the input only. Why: in 
 subject sits three tokens before the object, and a small attention model must first grow a chain of
 relative-position heads to bring it there before any lookup can be learnt -- the 0.93M logic backbone
 stays at chance on that recall for thousands of steps, and learns it in a few hundred with ``n = 3``
-(``benchmarks/assoc_recall.py``). A tied output head keeps reading the token embedding itself.
+(``research/binding/assoc_recall.py``). A tied output head keeps reading the token embedding itself.
 
 This wraps a model in memory for training loops that feed whole sequences (no KV cache: with a cache
 the new token's predecessors would be missing, so generation must run with ``use_cache=False``).
