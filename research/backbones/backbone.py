@@ -82,7 +82,7 @@ QA_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
 #: lookup of the subject from the object), and a third of the question-aware corpus's forward documents so
 #: that the forward lookup is kept. Forward, a ProsQA walk is a search (a random forward walk reaches the
 #: answer 16% of the time on the real test); backward it is a chain of lookups, which a backbone that only
-#: ever looked facts up forward could not learn in 2,000 fine-tuning steps (docs/depth-ladder.md, session 20).
+#: ever looked facts up forward could not learn in 2,000 fine-tuning steps (research/depth-ladder.md, session 20).
 BACKWARD_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
     ("prosqa", {"ladder": 1}, 0.04),
     ("prosqa", {"ladder": 2}, 0.05),
@@ -103,7 +103,7 @@ BACKWARD_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
 #: search from the asked entity, children in the question's order, ``Back to <parent>.`` at a dead end,
 #: stopping at the first option -- at the ladder sizes and the full size, ProntoQA, and lookup drills at the
 #: ladder and the full size. The forward proof of the question-aware corpus is left out: written first, its
-#: first step already needs the look-ahead a 4-layer model cannot do (docs/depth-ladder.md); the search needs
+#: first step already needs the look-ahead a 4-layer model cannot do (research/depth-ladder.md); the search needs
 #: forward look-ups only, which the backbone already does (session 22: fine-tuned on it, 0.768 on the real test).
 SEARCH_MIXTURE: list[tuple[str, dict[str, Any], float]] = [
     ("prosqa_dfs", {"ladder": 1}, 0.10),

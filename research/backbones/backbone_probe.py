@@ -1,6 +1,6 @@
 """Where a question-aware logic backbone fails: binding, lookup or planning, per depth, zero-shot.
 
-    python -m anchored_reasoning.train.backbone --out runs/bb-qa --minutes 45 --docs 60000 --seed 7 --lr 1e-3 \\
+    python -m research.backbones.backbone --out runs/bb-qa --minutes 45 --docs 60000 --seed 7 --lr 1e-3 \\
         --threads 1 --init-from anchored_reasoning/assets/logic-gpt2 --corpus questions
     python -m research.backbones.backbone_probe --model runs/bb-qa --out research/backbones/results/backbone_probe.json
 

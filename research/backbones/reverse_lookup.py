@@ -6,7 +6,7 @@
 Walking a ProsQA graph back from an option (``trace: options_backward``) is a chain of *reverse* look-ups:
 given a concept, name a subject of a fact that ends in it. ``logic-gpt2-shift`` was pretrained on forward
 derivations only, and fine-tuned 2,000 steps on backward walks it wrote a fact as its next step only 17% of
-the time (docs/depth-ladder.md, session 20). This probe asks each backbone, after a problem's facts and a
+the time (research/depth-ladder.md, session 20). This probe asks each backbone, after a problem's facts and a
 newline, for one fact in each direction, in the form of the pretraining drills:
 
 - forward: ``Every <X> is a`` (``<X> is a`` for an entity) -> the next word; right if ``<X> is a <word>`` is a fact;

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--workdir", default="runs/diffusion_reasoning")
     g.add_argument("--tag", default="")
     g.add_argument("--match-k", type=int, default=3)
-    g.add_argument("--out", default="benchmarks/results/anchor_refresh.json")
+    g.add_argument("--out", default="research/diffusion/results/anchor_refresh.json")
     g.add_argument("--note", default=None, help="how the seeds were timed (what else ran), kept in the JSON")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
