@@ -73,6 +73,7 @@ def train_seed(args) -> dict[str, Path]:
     """Starts, SFT (MDLM, ADLM) and TADM post-training for one seed; every stage reused when present."""
     from anchored_reasoning.generators.prosqa import ladder_size
     from anchored_reasoning.models.ar_init import build_start
+    from anchored_reasoning.models.zoo import resolve_model
     from anchored_reasoning.train import diffusion as dtrain
     from anchored_reasoning.train import tadm as ttrain
 
@@ -84,7 +85,8 @@ def train_seed(args) -> dict[str, Path]:
     for arch in ("mdlm", "adlm"):
         start = work / f"start_{arch}"
         if not (start / "config.json").is_file():
-            model, tok, copied = build_start(arch, "ar", init_from=args.init_from, shift_logits=True, seed=args.seed)
+            model, tok, copied = build_start(arch, "ar", init_from=resolve_model(args.init_from), shift_logits=True,
+                                             seed=args.seed)
             model.save_pretrained(start)
             tok.save_pretrained(start)
             logger.info("%s start: %d tensors copied from %s", arch, copied, args.init_from)

@@ -10,6 +10,7 @@ import torch
 from anchored_reasoning.eval.choice import masked_choice
 from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
 from anchored_reasoning.models.ar_init import build_start
+from anchored_reasoning.models.assets import LOGIC_SHIFT_DIR
 from benchmarks import diffusion_reasoning as bench
 
 
@@ -20,7 +21,7 @@ def problems():
 
 @pytest.fixture(scope="module")
 def shifted_mdlm():
-    model, tok, copied = build_start("mdlm", "ar", init_from="logic-gpt2-shift", shift_logits=True, seed=0)
+    model, tok, copied = build_start("mdlm", "ar", init_from=LOGIC_SHIFT_DIR, shift_logits=True, seed=0)
     return model.eval(), tok, copied
 
 
@@ -52,7 +53,7 @@ def test_the_ar_lookup_carries_over_only_with_the_output_shift(shifted_mdlm, pro
     """Zero-shot, before any diffusion training: the AR-initialised MDLM with both shifts picks the
     answer well above chance; without the output shift the copied head is one position off."""
     model, tok, copied = shifted_mdlm
-    unshifted = build_start("mdlm", "ar", init_from="logic-gpt2-shift", shift_logits=False, seed=0)[0].eval()
+    unshifted = build_start("mdlm", "ar", init_from=LOGIC_SHIFT_DIR, shift_logits=False, seed=0)[0].eval()
     with_shift, without = masked_choice(model, tok, problems), masked_choice(unshifted, tok, problems)
     assert copied > 40
     assert with_shift >= 0.6, with_shift
@@ -69,8 +70,8 @@ def test_masked_choice_refuses_what_it_cannot_score(shifted_mdlm, problems):
 
 
 def test_build_start_copies_the_anchor_network_and_seeds_the_rest():
-    a0, _, n = build_start("adlm", "ar", init_from="logic-gpt2-shift", shift_logits=True, seed=0)
-    a1, _, _ = build_start("adlm", "ar", init_from="logic-gpt2-shift", shift_logits=True, seed=1)
+    a0, _, n = build_start("adlm", "ar", init_from=LOGIC_SHIFT_DIR, shift_logits=True, seed=0)
+    a1, _, _ = build_start("adlm", "ar", init_from=LOGIC_SHIFT_DIR, shift_logits=True, seed=1)
     assert n > 40 and a0.config.shift_logits and a0.config.token_shift
     assert torch.equal(a0.anchor.layers[0].qkv.weight, a1.anchor.layers[0].qkv.weight)  # copied from the AR model
     assert not torch.equal(a0.denoiser.layers[0].qkv.weight, a1.denoiser.layers[0].qkv.weight)  # fresh, seeded
@@ -126,7 +127,7 @@ def test_the_shifted_start_aliases_build_once_and_load(tmp_path, monkeypatch, pr
     path = resolve_model("logic-mdlm-shift")
     assert path.startswith(str(tmp_path)) and resolve_model("logic-mdlm-shift") == path
     model = AutoModelForMaskedLM.from_pretrained(path).eval()
-    ref, tok, _ = build_start("mdlm", "ar", init_from="logic-gpt2-shift", shift_logits=True, seed=0)
+    ref, tok, _ = build_start("mdlm", "ar", init_from=LOGIC_SHIFT_DIR, shift_logits=True, seed=0)
     assert model.config.shift_logits and model.config.token_shift == ref.config.token_shift
     ids = tok(problems[0].question, return_tensors="pt")["input_ids"]
     with torch.no_grad():

@@ -60,20 +60,25 @@ def build_start(arch: str, init: str = "ar", *, init_from: str | Path | None = N
                 seed: int = 0, config: dict[str, Any] | None = None):
     """``(model, tokenizer, tensors copied)``: a fresh MDLM or ADLM of logic-gpt2's shape (the ``small``
     preset) with logic-gpt2's tokenizer, and with ``init="ar"`` the AR model's weights copied in
-    (``init_from``, default ``logic-gpt2``; a shift-gpt2 such as ``logic-gpt2-shift`` brings its token
+    (``init_from``, a checkpoint folder, default ``logic-gpt2``'s; a shift-gpt2 such as ``logic-gpt2-shift`` brings its token
     shift). ``shift_logits`` aligns the AR-initialised head (position t predicts from t-1's state).
     ``seed`` fixes the weights that are not copied (an ADLM's denoiser)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import anchored_reasoning.models as models
-    from anchored_reasoning.models.zoo import LOGIC_BACKBONE_DIR, resolve_model
+    from anchored_reasoning.models.assets import LOGIC_BACKBONE_DIR
 
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
-    ar_dir = resolve_model(str(init_from)) if init_from is not None else LOGIC_BACKBONE_DIR
+    ar_dir = Path(init_from) if init_from is not None else LOGIC_BACKBONE_DIR
+    if not ar_dir.is_dir():
+        from anchored_reasoning.errors import ConfigError
+
+        raise ConfigError(f"build_start: init_from={str(init_from)!r} is not a checkpoint folder; resolve an alias first "
+                          "(anchored_reasoning.models.zoo.resolve_model)")
     tok = AutoTokenizer.from_pretrained(ar_dir)
     ar = AutoModelForCausalLM.from_pretrained(ar_dir) if init == "ar" else None
     shift = int(getattr(ar.config, "token_shift", 0) or 0) if ar is not None else 0

@@ -35,6 +35,10 @@ from pathlib import Path
 from typing import Callable
 
 from anchored_reasoning.errors import ConfigError
+# the shipped backbones' folders (built by research/backbones/ from a checkout), re-exported where callers look
+from anchored_reasoning.models.assets import (  # noqa: F401
+    ASSETS_DIR, LOGIC_BACKBONE_DIR, LOGIC_DIFFUSION_DIRS, LOGIC_SEARCH_DIR, LOGIC_SHIFT_DIR,
+)
 
 log = logging.getLogger(__name__)
 
@@ -153,15 +157,6 @@ def _materialize_smollm2() -> str:
     return str(out_dir)
 
 
-#: Where the shipped logic-text backbones live inside the package (built by research/backbones/: backbone.py,
-#: diffusion_backbone.py, from a checkout).
-ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
-LOGIC_BACKBONE_DIR = ASSETS_DIR / "logic-gpt2"
-LOGIC_SHIFT_DIR = ASSETS_DIR / "logic-gpt2-shift"
-LOGIC_SEARCH_DIR = ASSETS_DIR / "logic-gpt2-search"
-LOGIC_DIFFUSION_DIRS = {"logic-mdlm": ASSETS_DIR / "logic-mdlm", "logic-adlm": ASSETS_DIR / "logic-adlm"}
-
-
 def _shipped(folder: Path, rebuild: str) -> Callable[[], str]:
     """A materializer for a model shipped inside the package: its folder, or an error naming the rebuild command."""
     def materialize() -> str:
@@ -230,7 +225,7 @@ ALIASES: dict[str, ModelAlias] = {
         "logic-gpt2 as a shift-gpt2 (each input embedding adds the 3 previous tokens' projections; 0.97M "
         "parameters), pretrained further on whole problems: it looks facts up (zero-shot 1-hop ProsQA 0.90), "
         "shipped in the package",
-        _shipped(LOGIC_SHIFT_DIR, "python -m anchored_reasoning.train.backbone --token-shift 3 --corpus questions "
+        _shipped(LOGIC_SHIFT_DIR, "python -m research.backbones.backbone --token-shift 3 --corpus questions "
                                   "--init-from anchored_reasoning/assets/logic-gpt2"),
         size="0.97M", source=_PACKAGE,
     ),

@@ -165,7 +165,10 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    model, tok, copied = build_start(arch, init, init_from=init_from, shift_logits=shift_logits, seed=seed, config=config)
+    from anchored_reasoning.models.zoo import resolve_model
+
+    init_dir = resolve_model(str(init_from)) if init_from is not None else None
+    model, tok, copied = build_start(arch, init, init_from=init_dir, shift_logits=shift_logits, seed=seed, config=config)
     cfg = model.config
     make = qa_corpus if corpus == "questions" else logic_corpus
     train_rows, dropped = rows_from_corpus(make(n_docs, seed=seed), tok, cfg.max_position_embeddings)
