@@ -37,7 +37,7 @@ def test_default_size_with_matched_depth_has_no_surface_shortcut():
 
 def test_the_check_finds_the_shortcut_of_the_old_small_size():
     # the first demo's problems: 7 nodes, 1-2 hops, wrong option at any depth
-    rows = prosqa.generate_rows(N, seed=14, num_nodes=7, min_hops=1, max_hops=2)
+    rows = prosqa.generate_rows(N, seed=14, num_nodes=7, min_hops=1, max_hops=2, neg_depth="any")
     scores = rule_scores(row_problems(rows))
     assert scores["not a direct child of an entity"] > 0.65
     assert worst_rule(scores)[1] > 0.65

@@ -22,6 +22,11 @@ Construction, per graph (our reading of the appendix; deviations are marked):
 6. Facts are listed in random order; the options' order is random; ``steps`` is a random
    shortest path written as sentences, ``answer`` the sentence ``"<entity> is a <target>."``.
 
+*Beyond the appendix:* at any size but the published one the wrong option is, by default, drawn as
+deep as the answer (``ProsQAConfig.neg_depth``), since Coconut's draw lets small graphs be answered
+from the text's surface: at 7 nodes and 1-2 hops "the option that is not a direct child of an
+entity" is right 0.70 of the time, with matched depth no surface rule passes ~0.55.
+
 With the defaults (28 nodes drawn before pruning) 500 problems average 22.7 nodes, 36.2 edges,
 a 3.7-hop shortest path and 1.6 shortest paths, against 22.8 / 35.8 / 3.78 / 1.57 for the
 real test split (``tests/test_generators.py`` checks this). Names come from the word lists
@@ -29,16 +34,20 @@ below, which are the entity and concept names seen in the published valid/test f
 """
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.types import Example
+
+log = logging.getLogger(__name__)
 
 # The names seen in the published valid/test files; larger graphs than those (num_nodes > 40)
 # draw further concept names from :func:`syllable_names`.
@@ -68,7 +77,8 @@ def syllable_names(exclude: tuple[str, ...] | list[str] = ()) -> list[str]:
 @dataclass
 class ProsQAConfig:
     """Size and shape of the generated graphs. Smaller ``num_nodes`` and ``min_hops`` make
-    small problems for fast demos (``num_nodes=12, min_hops=2``: ~10 nodes, 2-3 hops)."""
+    small problems for fast demos (``num_nodes=12, min_hops=2``: ~10 nodes, 2-3 hops), shortcut-free
+    by default (``neg_depth``)."""
 
     num_nodes: int = 28  # nodes drawn before pruning
     mean_parents: float = 1.5  # Poisson mean of the number of parents of a new node
@@ -77,12 +87,17 @@ class ProsQAConfig:
     min_hops: int = 3  # shortest path entity -> answer at least this long
     max_hops: int | None = None  # ... and at most this long (None: no bound)
     max_tries: int = 10_000  # graph draws per problem before giving up
-    #: Depth of the wrong option. ``"any"`` (Coconut's construction, the default: it must match
-    #: the real split) draws any exclusive leaf of the other seed; ``"match"`` draws one exactly as
-    #: far from the other seed as the answer is from the asked entity, and redraws the graph when
-    #: no such leaf exists -- it removes the depth/"direct child of an entity" shortcuts that small
-    #: graphs otherwise carry (see :mod:`anchored_reasoning.generators.shortcuts`).
-    neg_depth: str = "any"
+    #: Depth of the wrong option. ``"match"`` draws an exclusive leaf of the other seed exactly as
+    #: far from it as the answer is from the asked entity, and redraws the graph when there is none:
+    #: no surface rule of :mod:`anchored_reasoning.generators.shortcuts` then scores above ~0.55.
+    #: ``"any"`` (Coconut's construction) draws any exclusive leaf of the other seed; small graphs
+    #: then let "not a direct child of an entity" pick the answer 0.68-0.85 of the time.
+    #: ``"auto"`` (the default): ``"any"`` at Coconut's published size (every shape field at its
+    #: default: it must match the real split), ``"match"`` at every other size where the graph
+    #: allows it, and ``"any"`` with a warning where it almost never does (see :func:`resolve_neg_depth`).
+    neg_depth: str = "auto"
+    #: what ``neg_depth`` stands for at this size: ``"match"`` or ``"any"``
+    resolved_neg_depth: str = field(init=False, repr=False, compare=False, default="")
 
     def __post_init__(self) -> None:
         if self.num_nodes < 4:
@@ -93,8 +108,48 @@ class ProsQAConfig:
             raise ConfigError(f"ProsQA generator: p_group must be in [0, 0.5], got {self.p_group}")
         if self.min_hops < 1 or (self.max_hops is not None and self.max_hops < self.min_hops):
             raise ConfigError(f"ProsQA generator: need 1 <= min_hops <= max_hops, got {self.min_hops}, {self.max_hops}")
-        if self.neg_depth not in ("any", "match"):
-            raise ConfigError(f"ProsQA generator: neg_depth must be 'any' or 'match', got {self.neg_depth!r}")
+        if self.neg_depth not in ("auto", "any", "match"):
+            raise ConfigError(f"ProsQA generator: neg_depth must be 'auto', 'match' or 'any', got {self.neg_depth!r}")
+        self.resolved_neg_depth = self.neg_depth if self.neg_depth != "auto" else resolve_neg_depth(self.shape())
+
+    def shape(self) -> tuple:
+        """The fields that shape the graphs and the question (not ``neg_depth`` or ``max_tries``)."""
+        return tuple(getattr(self, name) for name in SHAPE_FIELDS)
+
+
+#: ProsQAConfig fields that shape a problem; all at their defaults is Coconut's published size.
+SHAPE_FIELDS = ("num_nodes", "mean_parents", "p_group", "depth_weight", "min_hops", "max_hops")
+#: ``neg_depth="auto"`` probes a size with this many graph draws (its own seeded stream, so the
+#: problems generated are the same as with ``neg_depth`` named) and matches the wrong option's
+#: depth when at least PROBE_MATCHES of them allow it: a size where fewer do needs over
+#: PROBE_DRAWS / PROBE_MATCHES draws a problem on average.
+PROBE_DRAWS, PROBE_MATCHES = 4000, 4
+
+
+@functools.lru_cache(maxsize=None)
+def resolve_neg_depth(shape: tuple) -> str:
+    """``neg_depth="auto"`` at a size (:meth:`ProsQAConfig.shape`): ``"any"`` at Coconut's published
+    size, else ``"match"`` when the wrong option can be drawn as deep as the answer in at least
+    PROBE_MATCHES of PROBE_DRAWS graphs; else ``"any"``, and a warning that these problems keep the
+    shortcuts. Decided once per size and process."""
+    defaults = {f.name: f.default for f in fields(ProsQAConfig)}
+    if shape == tuple(defaults[name] for name in SHAPE_FIELDS):
+        return "any"
+    cfg = ProsQAConfig(**dict(zip(SHAPE_FIELDS, shape)), neg_depth="any")
+    rng = random.Random("prosqa-neg-depth-probe")
+    matched = 0
+    for _ in range(PROBE_DRAWS):
+        matched += _pick_question(rng, _draw_graph(rng, cfg)[1], cfg, "match") is not None
+        if matched >= PROBE_MATCHES:
+            return "match"
+    size = ", ".join(f"{k}={v}" for k, v in zip(SHAPE_FIELDS, shape) if k.endswith(("nodes", "hops")) or v != defaults[k])
+    log.warning(
+        "ProsQA generator (%s): the wrong option can almost never be drawn as deep as the answer (%d of %d graphs "
+        "allow it), so these problems use Coconut's construction (neg_depth='any') and keep its surface shortcuts "
+        "(python -m anchored_reasoning.generators.shortcuts measures them). For shortcut-free problems raise "
+        "num_nodes or lower min_hops; pass neg_depth='any' to choose this and silence the warning", size, matched,
+        PROBE_DRAWS)
+    return "any"
 
 
 #: Generator sizes of the depth ladder and the demo: nodes drawn per answer depth (hops), with the
@@ -256,34 +311,45 @@ def _shortest_paths(children: dict[int, list[int]], source: int, target: int) ->
     return paths
 
 
+def _pick_question(rng: random.Random, edges, cfg: ProsQAConfig, neg_depth: str) -> tuple[int, int, int] | None:
+    """Step 5 on a drawn graph: (root, target, neg_target), or None when the graph must be redrawn."""
+    children, _ = _graph(edges)
+    reach = [_bfs(children, 0), _bfs(children, 1)]
+    leaves = [
+        [v for v in reach[s] if v not in reach[1 - s] and not children[v] and v != s] for s in (0, 1)
+    ]
+    if not leaves[0] or not leaves[1]:
+        return None
+    best = [max(reach[s][v] for v in leaves[s]) for s in (0, 1)]
+    root = 0 if best[0] > best[1] else 1 if best[1] > best[0] else rng.randrange(2)
+    hops = best[root]
+    if hops < cfg.min_hops or (cfg.max_hops is not None and hops > cfg.max_hops):
+        return None
+    negs = sorted(leaves[1 - root])
+    if neg_depth == "match":
+        negs = [v for v in negs if reach[1 - root][v] == hops]
+        if not negs:
+            return None
+    target = rng.choice(sorted(v for v in leaves[root] if reach[root][v] == hops))
+    return root, target, rng.choice(negs)
+
+
 def generate_problem(rng: random.Random, cfg: ProsQAConfig | None = None) -> dict[str, Any]:
     """One problem as a dict in the published ProsQA format (``question, answer, steps,
     idx_to_symbol, edges, root, target, neg_target``)."""
     cfg = cfg or ProsQAConfig()
     for _ in range(cfg.max_tries):
         n, edges = _draw_graph(rng, cfg)
-        children, has_parent = _graph(edges)
-        reach = [_bfs(children, 0), _bfs(children, 1)]
-        leaves = [
-            [v for v in reach[s] if v not in reach[1 - s] and not children[v] and v != s] for s in (0, 1)
-        ]
-        if not leaves[0] or not leaves[1]:
-            continue
-        best = [max(reach[s][v] for v in leaves[s]) for s in (0, 1)]
-        root = 0 if best[0] > best[1] else 1 if best[1] > best[0] else rng.randrange(2)
-        hops = best[root]
-        if hops < cfg.min_hops or (cfg.max_hops is not None and hops > cfg.max_hops):
-            continue
-        negs = sorted(leaves[1 - root])
-        if cfg.neg_depth == "match":
-            negs = [v for v in negs if reach[1 - root][v] == hops]
-            if not negs:
-                continue
-        target = rng.choice(sorted(v for v in leaves[root] if reach[root][v] == hops))
-        neg_target = rng.choice(negs)
-        break
+        picked = _pick_question(rng, edges, cfg, cfg.resolved_neg_depth)
+        if picked is not None:
+            root, target, neg_target = picked
+            children, has_parent = _graph(edges)
+            break
     else:
-        extra = " with the wrong option as deep as the answer (neg_depth='match')" if cfg.neg_depth == "match" else ""
+        extra = ""
+        if cfg.resolved_neg_depth == "match":
+            extra = " with the wrong option as deep as the answer (neg_depth='match'"
+            extra += ", chosen by the default 'auto'; neg_depth='any' allows any depth)" if cfg.neg_depth == "auto" else ")"
         raise ConfigError(
             f"ProsQA generator: no graph with min_hops={cfg.min_hops} max_hops={cfg.max_hops}{extra} in "
             f"{cfg.max_tries} draws of num_nodes={cfg.num_nodes}; raise num_nodes or lower min_hops"

@@ -3,10 +3,13 @@
 Each rule reads only the text of a problem (the facts and the two options) and picks an option
 without following the asked entity's chain. A generator size whose problems let any rule score
 well above 0.5 measures how fast a model finds that rule, not whether it reasons: the first
-version of the demo's problems (7 nodes, 1-2 hops) let "the option that is not a direct child of
-an entity" score 0.73-0.79, and fine-tuned models rode it to ~0.9 on 2-hop problems.
+version of the demo's problems (7 nodes, 1-2 hops, the wrong option at any depth) let "the option
+that is not a direct child of an entity" score 0.73-0.79, and fine-tuned models rode it to ~0.9 on
+2-hop problems. The generator draws the wrong option as deep as the answer by default at every
+size but Coconut's published one (:class:`~anchored_reasoning.generators.prosqa.ProsQAConfig`).
 
     python -m anchored_reasoning.generators.shortcuts --hops 3          # a ladder size
+    python -m anchored_reasoning.generators.shortcuts --size '{"num_nodes": 7, "min_hops": 1, "max_hops": 2}'
     python -m anchored_reasoning.generators.shortcuts --file ../shared/data/prosqa/test.json
 
 A rule that cannot decide (both options alike under it) scores 0.5 on that problem, the
@@ -14,6 +17,7 @@ expected score of a coin flip, so every rule's chance level is 0.5.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from typing import Any, Callable, Iterable
@@ -143,7 +147,6 @@ def worst_rule(scores: dict[str, float]) -> tuple[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import json
     from pathlib import Path
 
     from anchored_reasoning.generators import prosqa
@@ -153,13 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--file", help="ProsQA rows in the published JSON format")
     src.add_argument("--hops", type=int, help="generated problems of this ladder depth")
+    src.add_argument("--size", type=json.loads, help="generated problems of this size: ProsQAConfig fields as JSON")
     parser.add_argument("--n", type=int, default=1000, help="generated problems (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.size is not None and not isinstance(args.size, dict):
+        parser.error(f"--size takes a JSON object of ProsQAConfig fields, got {args.size!r}")
     if args.file:
         rows, where = json.loads(Path(args.file).read_text()), args.file
     else:
-        size = prosqa.ladder_size(args.hops) if args.hops else {}
+        size = prosqa.ladder_size(args.hops) if args.hops else (args.size or {})
         rows, where = prosqa.generate_rows(args.n, seed=args.seed, **size), f"generated, size {size or 'default'}"
     scores = rule_scores(row_problems(rows))
     print(f"{len(rows)} problems ({where}); chance 0.5 for every rule")
