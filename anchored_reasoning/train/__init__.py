@@ -6,6 +6,7 @@ and returns the output directory of the trained checkpoint.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 from anchored_reasoning.errors import ConfigError
@@ -24,4 +25,12 @@ def get_trainer(name: str):
     except KeyError:
         raise ConfigError(f"unknown trainer {name!r} in recipe; known: {', '.join(sorted(TRAINERS))}") from None
     module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    run = getattr(importlib.import_module(module_name), attr)
+
+    @functools.wraps(run)
+    def logged(*args, **kwargs):  # the whole run's log lines go to <output_dir>/train.log (train/progress.py)
+        from anchored_reasoning.train.progress import run_log
+
+        with run_log():
+            return run(*args, **kwargs)
+    return logged

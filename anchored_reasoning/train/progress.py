@@ -3,19 +3,23 @@
     train:  40%|████      | 8/20 [00:02<00:03, 3.61step/s, loss 2.731, anchor_acc 0.312]
 
 * One tqdm bar per run (main process): steps done / ``max_steps``, or, for a time-boxed run
-  (``max_train_seconds``), minutes spent / the budget (the step goes in the postfix); the latest
+  (``max_train_seconds``), minutes spent / the budget (the step count goes in the postfix); the latest
   loss and anchor accuracy (where the trainer logs one) beside tqdm's rate and ETA. A resumed run's
   bar starts where the checkpoint was.
 * No raw log dicts on the console: transformers' ``ProgressCallback`` / ``PrinterCallback`` are
   replaced; each log dict becomes one JSON line of ``<run>/train_log.jsonl`` (with step, epoch,
   session and time), which also keeps the lines of a session that was killed.
-* ``<run>/train.log``: every ``logging`` message of the run at INFO and above, whatever the console
-  shows. Console log lines are written through ``tqdm.write`` so they never break the bar.
+* ``<run>/train.log``: every ``logging`` message of the library at INFO and above, whatever the console
+  shows: during training (:func:`console_logging`), and, inside :func:`run_log` (every trainer that
+  :func:`anchored_reasoning.train.get_trainer` returns), from the run's start -- data, model, warnings,
+  held until training names the folder -- to its end (``saved ...``). Console log lines are written
+  through ``tqdm.write`` so they never break the bar.
 * ``training.disable_tqdm: true`` (``anchored-reasoning train --quiet``) turns the bar off; both files
   are still written.
 
 Used through :func:`anchored_reasoning.train.checkpointing.attach` / ``train``; a trainer outside
-this package calls :func:`install_progress` and wraps ``trainer.train()`` in :func:`console_logging`.
+this package calls :func:`install_progress` and wraps ``trainer.train()`` in :func:`console_logging`
+(and its whole run in :func:`run_log`).
 """
 from __future__ import annotations
 
@@ -94,8 +98,8 @@ class TrainProgress(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is None:
             return
-        if self._timed():
-            self.postfix["step"] = f"{state.global_step}/{state.max_steps}"
+        if self._timed():  # the budget ends the run: max_steps is only a ceiling (often a placeholder)
+            self.postfix["step"] = str(state.global_step)
             self.bar.set_postfix_str(self._postfix_text(), refresh=False)
             self.bar.update(min(self.clock() / 60.0, self.bar.total) - self.bar.n)
         else:
@@ -171,11 +175,101 @@ def _drop_mtime_notice(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("mtime may not be reliable")
 
 
+#: The format of ``train.log`` lines.
+FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class RunLog(logging.Handler):
+    """The handler behind :func:`run_log`: keeps INFO+ records (at most ``limit``) until :meth:`open`
+    names the run folder, then appends them, and every later one, to ``<folder>/train.log``."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        super().__init__(logging.INFO)
+        self.setFormatter(logging.Formatter(FILE_FORMAT))
+        self.limit = limit
+        self.held: list[logging.LogRecord] = []
+        self.file: logging.FileHandler | None = None
+
+    def open(self, folder: str | os.PathLike) -> None:
+        path = Path(folder) / TRAIN_LOG
+        if self.file is not None and Path(self.file.baseFilename) == path.absolute():
+            return
+        self.close_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = logging.FileHandler(path, encoding="utf-8")
+        self.file.setFormatter(self.formatter)
+        for record in self.held:
+            self.file.emit(record)
+        self.held = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.file is not None:
+            self.file.emit(record)
+        elif len(self.held) < self.limit:
+            self.held.append(record)
+
+    def close_file(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class _BelowConsole(logging.Filter):
+    """Keeps this library's records under the console's level off a console handler (the library logger
+    was lowered to INFO for the run's files only)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level or not record.name.startswith("anchored_reasoning")
+
+
+def _active_run_log() -> RunLog | None:
+    return next((h for h in logging.getLogger("anchored_reasoning").handlers if isinstance(h, RunLog)), None)
+
+
+def _info_for_files(stack: contextlib.ExitStack) -> None:
+    """Lower the library's logger to INFO until ``stack`` closes, for the run's files, without showing
+    more on the console (its handlers drop this library's records under the level they showed before)."""
+    ours = logging.getLogger("anchored_reasoning")
+    console_level = max(logging.root.level, ours.getEffectiveLevel())
+    if ours.getEffectiveLevel() > logging.INFO:
+        stack.callback(ours.setLevel, ours.level)
+        ours.setLevel(logging.INFO)
+        guard = _BelowConsole(console_level)
+        for handler in logging.root.handlers:
+            if _is_console(handler):
+                handler.addFilter(guard)
+                stack.callback(handler.removeFilter, guard)
+
+
+@contextlib.contextmanager
+def run_log() -> Iterator[RunLog | None]:
+    """The whole run's ``train.log``: the library's INFO+ records from now on, held until training opens
+    its folder (:func:`console_logging` does), then appended there until the block ends. Inside an
+    active ``run_log`` (a trainer calling another) this is the outer one; on ranks other than 0, nothing."""
+    active = _active_run_log()
+    if active is not None or int(os.environ.get("RANK", "0") or 0) != 0:
+        yield active
+        return
+    with contextlib.ExitStack() as stack:
+        _info_for_files(stack)
+        handler = RunLog()
+        ours = logging.getLogger("anchored_reasoning")
+        ours.addHandler(handler)
+        stack.callback(handler.close_file)
+        stack.callback(ours.removeHandler, handler)
+        yield handler
+
+
 @contextlib.contextmanager
 def console_logging(output_dir: str | os.PathLike) -> Iterator[None]:
     """During training: console log lines go through ``tqdm.write`` (same level, format and stream),
-    every INFO+ message of this library goes to ``<output_dir>/train.log`` too, and transformers' own
-    small bars (one per checkpoint write) are off, so the training bar is the only one."""
+    every INFO+ message of this library goes to ``<output_dir>/train.log`` too (through the active
+    :func:`run_log`, which keeps writing there after training), and transformers' own small bars (one
+    per checkpoint write) are off, so the training bar is the only one."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(no_transformers_bars())
         rotation_logger = logging.getLogger("transformers.trainer_utils")
@@ -184,11 +278,14 @@ def console_logging(output_dir: str | os.PathLike) -> Iterator[None]:
         ours = logging.getLogger("anchored_reasoning")
         console_level = max(logging.root.level, ours.getEffectiveLevel())
         stack.callback(ours.setLevel, ours.level)
-        if int(os.environ.get("RANK", "0") or 0) == 0:
+        active = _active_run_log()
+        if active is not None:
+            active.open(output_dir)
+        elif int(os.environ.get("RANK", "0") or 0) == 0:
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             file_handler = logging.FileHandler(Path(output_dir) / TRAIN_LOG, encoding="utf-8")
             file_handler.setLevel(logging.INFO)
-            file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
             ours.addHandler(file_handler)
             stack.callback(file_handler.close)
             stack.callback(ours.removeHandler, file_handler)
