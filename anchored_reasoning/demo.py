@@ -24,6 +24,9 @@ What it does, offline:
    first ``--real-n`` problems of the real ProsQA test split (full-size graphs, out of distribution);
 4. prints a table and writes ``summary.json``, ``results.md`` and ``demo.png`` to ``--out``.
 
+Methods trained side by side (``--workers``) run without bars; the terminal shows one line per method,
+its minutes of training spent / its budget, then its evaluated samples (:class:`~anchored_reasoning.demo_report.StatusBoard`).
+
 Rerunning with the same settings reuses finished checkpoints and evaluations.
 """
 from __future__ import annotations
@@ -37,6 +40,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from anchored_reasoning.demo_report import MethodStatus, StatusBoard
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +226,12 @@ def method_recipe(
     }
 
 
-def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path | None, out: Path, train_seconds: float) -> dict[str, Any]:
+def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path | None, out: Path, train_seconds: float,
+                 status: MethodStatus | None = None) -> dict[str, Any]:
+    """Train one method (or reuse its finished checkpoint). With ``status`` (a worker beside others) there
+    is no bar: the status file says when training began and where its log is."""
     from anchored_reasoning.train import ar
+    from anchored_reasoning.train.progress import TRAIN_LOG_JSONL, run_log
 
     ckpt = out / name / "model"
     done = ckpt / "train_summary.json"
@@ -230,7 +239,11 @@ def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path
         log.info("%s: reusing the finished checkpoint in %s", name, ckpt)
     else:
         recipe = method_recipe(name, settings, tokenizer, ckpt, train_seconds)
-        ar.run_with_examples(recipe, train, [])
+        if status is not None:
+            recipe["training"]["disable_tqdm"] = True
+            status.set(phase="train", since=time.time(), limit_s=train_seconds, log=str(ckpt / TRAIN_LOG_JSONL))
+        with run_log():  # the run's log lines in <ckpt>/train.log
+            ar.run_with_examples(recipe, train, [])
     summary = json.loads(done.read_text())
     losses = [h for h in summary["log_history"] if "lm_loss" in h]
     return {
@@ -246,16 +259,18 @@ def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path
 
 
 def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int, task: str = "prosqa",
-             hops: dict[str, int] | None = None) -> dict[str, Any]:
+             hops: dict[str, int] | None = None, *, status: MethodStatus | None = None) -> dict[str, Any]:
     """Greedy evaluation through the runner, prompting the checkpoint with the method it was trained
-    with; with ``hops`` (example id -> answer depth) also the accuracy per depth."""
+    with; with ``hops`` (example id -> answer depth) also the accuracy per depth. With ``status``: no
+    bars, the finished samples counted there."""
     from anchored_reasoning.backends import get_backend
     from anchored_reasoning.eval.probes import accuracy_by
     from anchored_reasoning.eval.runner import build_method, load_records, run_eval
 
     backend = get_backend("hf", ckpt, batch_size=64, device="cpu")
     method = build_method(None, ckpt)
-    summary = run_eval(task, backend, method, out_dir=out_dir, examples=examples, max_new_tokens=max_new_tokens)
+    summary = run_eval(task, status.watch(backend) if status else backend, method, out_dir=out_dir, examples=examples,
+                       max_new_tokens=max_new_tokens, progress=status is None)
     acc = summary["accuracy"]
     out = {
         "accuracy": acc["mean"],
@@ -273,12 +288,13 @@ def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int, task
     return out
 
 
-def probe(ckpt: str, swapped: list, out_dir: Path, max_new_tokens: int, hops: dict[str, int]) -> dict[str, Any]:
+def probe(ckpt: str, swapped: list, out_dir: Path, max_new_tokens: int, hops: dict[str, int], *,
+          status: MethodStatus | None = None) -> dict[str, Any]:
     """The binding probe of one checkpoint: the swapped problems evaluated, paired with the originals."""
     from anchored_reasoning.eval.probes import probe_summary
     from anchored_reasoning.eval.runner import load_records
 
-    swap = evaluate(ckpt, swapped, out_dir / "eval_swapped", max_new_tokens)
+    swap = evaluate(ckpt, swapped, out_dir / "eval_swapped", max_new_tokens, status=status)
     figures = probe_summary(load_records(out_dir / "eval_generated" / "records.jsonl"), load_records(swap["records"]), hops)
     return {"swapped": swap, **figures}
 
@@ -294,25 +310,38 @@ def demo_workers(settings: DemoSettings) -> int:
 
 
 def _worker_init(threads: int | None) -> None:
+    """A worker beside others: warnings only on the console and no bars (the parent draws the board)."""
     import torch
+    from transformers.utils import logging as hf_logging
 
     torch.set_num_threads(threads or 1)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(logging.WARNING)
+    hf_logging.disable_progress_bar()
 
 
 def method_job(name: str, *, train: list, settings: DemoSettings, tokenizer: Path | None, out: Path, train_seconds: float,
-               held: list, hops: dict[str, int], swapped: list, real: list) -> dict[str, Any]:
-    """Train one method and evaluate it (held-out problems, binding probe, real split): one worker's job."""
+               held: list, hops: dict[str, int], swapped: list, real: list, board: bool = False) -> dict[str, Any]:
+    """Train one method and evaluate it (held-out problems, binding probe, real split): one worker's job.
+    ``board``: a worker beside others, reporting to ``<out>/<name>/status.json`` instead of drawing bars."""
     t_m = time.monotonic()
-    info = train_method(name, train, settings, tokenizer, out, train_seconds)
-    info["generated"] = evaluate(info["checkpoint"], held, out / name / "eval_generated", settings.max_new_tokens, hops=hops)
+    status = MethodStatus(out / name) if board else None
+    info = train_method(name, train, settings, tokenizer, out, train_seconds, status)
+    if status is not None:
+        status.set(phase="eval", done=0, total=len(held) + len(swapped) + len(real))
+    info["generated"] = evaluate(info["checkpoint"], held, out / name / "eval_generated", settings.max_new_tokens, hops=hops,
+                                 status=status)
     if swapped:
-        info["probe"] = probe(info["checkpoint"], swapped, out / name, settings.max_new_tokens, hops)
+        info["probe"] = probe(info["checkpoint"], swapped, out / name, settings.max_new_tokens, hops, status=status)
     if real:
-        info["real_prosqa"] = evaluate(info["checkpoint"], real, out / name / "eval_real", settings.real_max_new_tokens)
+        info["real_prosqa"] = evaluate(info["checkpoint"], real, out / name / "eval_real", settings.real_max_new_tokens,
+                                       status=status)
     info["wall_seconds"] = round(time.monotonic() - t_m, 1)
     g = info["generated"]
+    if status is not None:
+        status.set(phase="done", accuracy=g["accuracy"], steps=info["steps"], minutes=info["wall_seconds"] / 60)
     log.info("%s: accuracy %.3f, %.1f tokens, %d steps", name, g["accuracy"], g["mean_generated_tokens"], info["steps"])
     return info
 
@@ -368,7 +397,9 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
 
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no forked torch state
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(settings.threads,)) as pool:
-            futures = {name: pool.submit(method_job, name, **job) for name in settings.methods}
+            with StatusBoard(out, settings.methods) as status_board:  # one line per method, drawn here only
+                futures = {name: pool.submit(method_job, name, board=True, **job) for name in settings.methods}
+                status_board.follow(futures.values())
             results = {name: f.result() for name, f in futures.items()}
 
     summary = {

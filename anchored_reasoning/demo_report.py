@@ -1,9 +1,22 @@
-"""The demo's table (Markdown) and plot (PNG), from its ``summary.json`` dict."""
+"""What the demo shows: one live line per method while methods train side by side, then the table
+(Markdown) and plot (PNG) from its ``summary.json`` dict.
+
+    nocot  train [######----------]  1.6/4.3 min  step 431  loss 0.512
+    cot    eval  [##############--]  418/486 samples
+    pause  done  accuracy 0.81, 1203 steps, 5.1 min
+    acot   waiting
+"""
 from __future__ import annotations
 
+import json
 import math
+import os
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
+
+#: A method's status file (in ``<out>/<method>/``), written by its worker, read by the parent's board.
+STATUS = "status.json"
 
 
 def _fmt(acc: float, ci: list[float] | None = None) -> str:
@@ -129,3 +142,157 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# the live board: workers run without bars and write their status; the parent draws one line each
+
+
+class MethodStatus:
+    """A worker's side: the method's phase now, written whole to ``<folder>/status.json``
+    (``train``: since, limit_s, log; ``eval``: done, total; ``done``: accuracy, steps, minutes).
+    :meth:`count` adds evaluated samples, written at most every ``interval`` seconds."""
+
+    def __init__(self, folder: Path, interval: float = 1.0) -> None:
+        self.path = Path(folder) / STATUS
+        self.interval = interval
+        self.fields: dict[str, Any] = {}
+        self._written = 0.0
+
+    def set(self, **fields: Any) -> None:
+        self.fields = dict(fields)
+        self._write()
+
+    def count(self, done: int, _tokens: int = 0) -> None:
+        self.fields["done"] = self.fields.get("done", 0) + done
+        if time.monotonic() - self._written >= self.interval or self.fields["done"] >= self.fields.get("total", 0):
+            self._write()
+
+    def watch(self, backend: Any) -> Any:
+        """``backend`` as the eval runner sees it, its progress reports (per finished sample) also counted here."""
+        return _Counted(backend, self)
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{STATUS}.{os.getpid()}")
+        tmp.write_text(json.dumps(self.fields))
+        os.replace(tmp, self.path)  # the parent never reads half a file
+        self._written = time.monotonic()
+
+
+class _Counted:
+    """A backend whose ``generate`` also reports finished samples to a :class:`MethodStatus`."""
+
+    def __init__(self, backend: Any, status: MethodStatus) -> None:
+        self._backend, self._status = backend, status
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def generate(self, prompts, spec, *, on_progress=None):
+        from anchored_reasoning.backends import generate_with_progress, takes_progress
+
+        if not takes_progress(self._backend):  # no reports from inside: the samples count when the call ends
+            out = self._backend.generate(prompts, spec)
+            self._status.count(len(prompts) * spec.n)
+            return out
+
+        def both(done: int, tokens: int) -> None:
+            self._status.count(done)
+            if on_progress is not None:
+                on_progress(done, tokens)
+        return generate_with_progress(self._backend, prompts, spec, both)
+
+
+def _last_logged(path: str | None) -> dict[str, Any]:
+    """The last training log line of ``train_log.jsonl`` with a step (the end of the file only)."""
+    if not path or not os.path.isfile(path):
+        return {}
+    with open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - 4096))
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "loss" in record or record.get("event") == "train_begin":
+            return record
+    return {}
+
+
+def _bar(fraction: float, width: int = 16) -> str:
+    filled = int(round(max(0.0, min(fraction, 1.0)) * width))
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def status_line(name: str, status: dict[str, Any] | None, now: float, width: int = 6) -> str:
+    """One method's line: ``train`` shows minutes spent / the budget (the run is time-boxed: its step
+    ceiling means nothing), the step and loss of its latest log line; ``eval`` samples done / total."""
+    head = f"{name:<{width}}"
+    phase = (status or {}).get("phase")
+    if phase == "train":
+        limit = float(status["limit_s"])
+        spent = min(max(now - float(status["since"]), 0.0), limit)
+        line = f"{head}  train {_bar(spent / limit if limit else 1.0)}  {spent / 60:.1f}/{limit / 60:.1f} min"
+        logged = _last_logged(status.get("log"))
+        if logged.get("step"):
+            line += f"  step {logged['step']}"
+        if isinstance(logged.get("loss"), (int, float)):
+            line += f"  loss {logged['loss']:.3g}"
+        return line
+    if phase == "eval":
+        done, total = int(status.get("done", 0)), int(status["total"])
+        return f"{head}  eval  {_bar(done / total if total else 1.0)}  {done}/{total} samples"
+    if phase == "done":
+        return (f"{head}  done  accuracy {status['accuracy']:.2f}, {status['steps']} steps, "
+                f"{status['minutes']:.1f} min")
+    return f"{head}  waiting"
+
+
+class StatusBoard:
+    """The parent's side: one tqdm line per method (fixed positions), redrawn from the status files by
+    :meth:`follow` until the workers' futures are done. Old status files are removed at the start."""
+
+    def __init__(self, out: Path, methods: list[str], *, show: bool = True) -> None:
+        from tqdm.auto import tqdm
+
+        self.paths = {name: Path(out) / name / STATUS for name in methods}
+        for path in self.paths.values():
+            path.unlink(missing_ok=True)
+        self.width = max(len(m) for m in methods)
+        self.lines = {name: tqdm(total=1, position=i, bar_format="{desc}", disable=not show, leave=True,
+                                 dynamic_ncols=True) for i, name in enumerate(methods)}
+
+    def refresh(self) -> None:
+        now = time.time()
+        for name, line in self.lines.items():
+            try:
+                status = json.loads(self.paths[name].read_text())
+            except (OSError, ValueError):
+                status = None
+            text = status_line(name, status, now, self.width)
+            if text != line.desc:
+                line.set_description_str(text)
+
+    def follow(self, futures: Iterable[Any], every: float = 1.0) -> None:
+        """Redraw every ``every`` seconds until all ``futures`` are done (a failed one's ``result()``
+        raises afterwards, in the caller)."""
+        from concurrent.futures import wait
+
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=every)
+            self.refresh()
+
+    def close(self) -> None:
+        self.refresh()
+        for line in self.lines.values():
+            line.close()
+
+    def __enter__(self) -> "StatusBoard":
+        self.refresh()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

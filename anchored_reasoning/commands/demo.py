@@ -33,7 +33,8 @@ def register(subparsers) -> None:
                    help="model every method fine-tunes: alias, checkpoint folder or Hub id (default: the shipped "
                         "logic-gpt2-search, the token-shift logic backbone pretrained on problems written as the search); 'none' trains a 2-layer GPT-2 from scratch instead")
     p.add_argument("--workers", type=int, default=None,
-                   help="methods trained at once, one process each (default: one per core, at most one per method)")
+                   help="methods trained at once, one process each (default: one per core, at most one per method); "
+                        "the terminal then shows one line per method")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a 0.9M model trains faster on one thread than on two)")
     p.set_defaults(func=main)
 
