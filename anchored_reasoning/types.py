@@ -63,9 +63,12 @@ class SamplingSpec:
 
 @dataclass
 class Completion:
-    """One generated sample: its text (stop string removed), generated-token count and wall seconds."""
+    """One generated sample: its text (stop string removed), generated-token count and wall seconds;
+    ``meta``: what the backend measured for it (the diffusion_gemma backend's NFE and layer calls), which
+    the eval runner writes into the sample's record."""
 
     text: str
     n_tokens: int
     seconds: float
     finish_reason: str | None = None
+    meta: dict[str, Any] | None = None

@@ -63,6 +63,7 @@ _BACKENDS: dict[str, str] = {
     "diffusion": "anchored_reasoning.backends.diffusion:DiffusionBackend",
     "openai": "anchored_reasoning.backends.openai_compat:OpenAIBackend",
     "vllm": "anchored_reasoning.backends.vllm_backend:VLLMBackend",
+    "diffusion_gemma": "anchored_reasoning.backends.diffusion_gemma:DiffusionGemmaBackend",  # + TADM anchor cache
 }
 
 

@@ -434,6 +434,7 @@ def run_eval(
                         "tokens": int(comp.n_tokens),
                         "seconds": round(float(comp.seconds), 6),
                         "finish_reason": comp.finish_reason,
+                        **({"meta": _jsonable(comp.meta)} if getattr(comp, "meta", None) else {}),
                         "details": _jsonable(grade.details or {}),
                         "session": session,
                         "time": _now(),

@@ -1,0 +1,292 @@
+"""TADM:Post-train on a frozen DiffusionGemma: an attention fusion of the current state with a cached
+anchor state, and sampling that runs the anchor network only every K denoising steps
+(design: ../shared/PAPERS.md section 3; arXiv 2609.37924, section 6.1).
+
+The decoder's layers are split (:class:`~anchored_reasoning.models.diffusion_gemma.LayerSplit`;
+the paper: 2 / 20 / 8 of 30)::
+
+    canvas z, self-cond. --embed--> S (shared layers, every step) --c------------------------+
+                                      |                                                      |
+                                      +--> A (anchor layers, every K steps) --> h (cached)   |
+                                                                                |            v
+                                                  h~ = Phi(c, h) = h + o_proj(Attn(q(c); k, v([c; h])))
+                                                  D (denoiser layers, norm, LM head) --> logits
+
+:class:`AnchorFusion` (Phi) is the only part that trains. Its queries come from the RMS-normed current
+state, keys and values from the RMS-normed current and anchor states concatenated, with rotary positions
+over the canvas, so a position can read the anchor state where the canvas changed around it. The output
+projection starts at zero: an untrained Phi returns ``h`` unchanged, and with a fresh anchor (K = 1) the
+result is the base model's logits bit for bit. Phi runs at every step, refresh steps included (training
+sees cache ages 0, 1, 2), so K = 1 costs the base model plus Phi. Without a fusion (``fusion=None``)
+``h~ = h``: naive stale reuse, the baseline TADM improves on.
+
+:class:`TADMDiffusionGemma` samples through the model's own ``generate`` (its block loop, canvas,
+acceptance, renoising and self-conditioning untouched): for the call it replaces the model's ``forward``
+-- the one function ``generate`` calls for every denoising step -- by the cached one, and counts the
+calls (:class:`CallCounters`). Per sample, decoder layer calls are
+``nfe * (L_S + L_D) + refreshes * L_A`` against ``nfe * L`` for the base model.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers import initialization as init
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.models.diffusion_gemma import (
+    LayerSplit,
+    decoder_embed,
+    decoder_head,
+    decoder_layers,
+    num_decoder_layers,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class AnchorFusionConfig(PretrainedConfig):
+    """Phi's sizes, and the split and base checkpoint it was trained for.
+
+    ``fusion_dim`` r is the attention width (``num_heads`` heads of r / heads, even); the parameters are
+    ``6 * hidden_size * r + 2 * hidden_size``. ``base_model`` names the DiffusionGemma the fusion belongs to."""
+
+    model_type = "diffusion_gemma_anchor_fusion"
+
+    def __init__(self, hidden_size: int = 64, fusion_dim: int = 192, num_heads: int = 3, rms_norm_eps: float = 1e-6,
+                 rope_theta: float = 10000.0, initializer_range: float = 0.02, shared_layers: int = 1,
+                 anchor_layers: int = 1, denoiser_layers: int = 1, base_model: str | None = None, **kwargs: Any):
+        self.hidden_size, self.fusion_dim, self.num_heads = int(hidden_size), int(fusion_dim), int(num_heads)
+        self.rms_norm_eps, self.rope_theta, self.initializer_range = float(rms_norm_eps), float(rope_theta), float(initializer_range)
+        self.shared_layers, self.anchor_layers, self.denoiser_layers = int(shared_layers), int(anchor_layers), int(denoiser_layers)
+        self.base_model = base_model
+        super().__init__(**kwargs)
+
+    @property
+    def split(self) -> LayerSplit:
+        return LayerSplit(self.shared_layers, self.anchor_layers, self.denoiser_layers)
+
+
+def _rotate(x: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary position embedding over axis -2 (canvas positions 0..L-1) of ``x`` (B, H, L, d), d even."""
+    d, length = x.shape[-1], x.shape[-2]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class AnchorFusion(PreTrainedModel):
+    """Phi(c, h) = h + o_proj(MultiHeadAttention(q = W_q n(c), k = W_k [n(c); n(h)], v = W_v [n(c); n(h)])),
+    ``n`` an RMSNorm per input, attention over the canvas positions with rotary positions; ``o_proj``
+    starts at zero. Inputs are cast to Phi's dtype, the result back to ``h``'s."""
+
+    config_class = AnchorFusionConfig
+    base_model_prefix = "fusion"
+    main_input_name = "current"
+
+    def __init__(self, config: AnchorFusionConfig):
+        super().__init__(config)
+        d, r, heads = config.hidden_size, config.fusion_dim, config.num_heads
+        if heads < 1 or r % heads or (r // heads) % 2:
+            raise ConfigError(f"fusion_dim={r} must split into num_heads={heads} heads of an even width")
+        self.norm_current = nn.RMSNorm(d, eps=config.rms_norm_eps)
+        self.norm_anchor = nn.RMSNorm(d, eps=config.rms_norm_eps)
+        self.q_proj = nn.Linear(d, r, bias=False)
+        self.k_proj = nn.Linear(2 * d, r, bias=False)
+        self.v_proj = nn.Linear(2 * d, r, bias=False)
+        self.o_proj = nn.Linear(r, d, bias=False)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        if module is self.o_proj:
+            init.zeros_(module.weight)  # Phi(c, h) == h until training moves it
+        elif isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+        elif isinstance(module, nn.RMSNorm):
+            init.ones_(module.weight)
+
+    def forward(self, current: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        dtype = self.q_proj.weight.dtype
+        b, length, _ = current.shape
+        heads = self.config.num_heads
+        c, h = self.norm_current(current.to(dtype)), self.norm_anchor(anchor.to(dtype))
+        both = torch.cat([c, h], dim=-1)
+
+        def split_heads(x):
+            return x.view(b, length, heads, -1).transpose(1, 2)
+
+        q = _rotate(split_heads(self.q_proj(c)), self.config.rope_theta)
+        k = _rotate(split_heads(self.k_proj(both)), self.config.rope_theta)
+        v = split_heads(self.v_proj(both))
+        att = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, length, -1)
+        return anchor + self.o_proj(att).to(anchor.dtype)
+
+    @classmethod
+    def for_model(cls, model: Any, split: LayerSplit, *, fusion_dim: int = 192, num_heads: int = 3,
+                  base_model: str | None = None, seed: int | None = None) -> "AnchorFusion":
+        """A new (zero-output) fusion sized for a DiffusionGemma ``model`` and ``split``, in float32."""
+        text = model.config.get_text_config()
+        config = AnchorFusionConfig(hidden_size=text.hidden_size, fusion_dim=fusion_dim, num_heads=num_heads,
+                                    rms_norm_eps=text.rms_norm_eps, shared_layers=split.shared, anchor_layers=split.anchor,
+                                    denoiser_layers=split.denoiser, base_model=base_model)
+        if seed is not None:
+            torch.manual_seed(seed)
+        return cls(config)
+
+
+@dataclass
+class CallCounters:
+    """Work done by one ``generate`` call (batch-level: one call of a layer covers every row).
+
+    ``nfe``: decoder forward passes (denoising steps); ``anchor_refreshes``: steps that ran A;
+    ``decoder_layer_calls`` / ``anchor_layer_calls``: layer calls of the decoder (S + A + D) and of A
+    alone; ``base_decoder_layer_calls``: what the base model would run for the same steps (``nfe * L``);
+    ``fusion_calls``: steps that ran Phi; ``canvases``: canvases denoised (each starts with a refresh)."""
+
+    nfe: int = 0
+    anchor_refreshes: int = 0
+    decoder_layer_calls: int = 0
+    anchor_layer_calls: int = 0
+    base_decoder_layer_calls: int = 0
+    fusion_calls: int = 0
+    canvases: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class TADMDiffusionGemma:
+    """A frozen DiffusionGemma sampled with its anchor network refreshed every ``anchor_refresh_every``
+    (K) denoising steps, through the model's own ``generate``. ``fusion``: a trained
+    :class:`AnchorFusion` (its split is used), or None for naive stale reuse (``split`` then, default
+    proportional). ``counters`` holds the last ``generate`` call's :class:`CallCounters`."""
+
+    def __init__(self, model: Any, fusion: AnchorFusion | None = None, *, split: Any = None,
+                 anchor_refresh_every: int = 1):
+        if not isinstance(anchor_refresh_every, int) or isinstance(anchor_refresh_every, bool) or anchor_refresh_every < 1:
+            raise ConfigError(f"anchor_refresh_every={anchor_refresh_every!r} must be an integer >= 1 (1: the anchor "
+                              "network at every step, K: every K steps)")
+        if fusion is not None and split is not None and LayerSplit.for_model(model.config, split) != fusion.config.split:
+            raise ConfigError(f"split {split!r} differs from the fusion's {fusion.config.split}; a trained fusion only "
+                              "works with the split it was trained for (leave split unset)")
+        self.split = LayerSplit.for_model(model.config, fusion.config.split if fusion is not None else split)
+        if fusion is not None and fusion.config.hidden_size != model.config.get_text_config().hidden_size:
+            raise ConfigError(f"the fusion is for hidden size {fusion.config.hidden_size}, the model has "
+                              f"{model.config.get_text_config().hidden_size}: it was trained for another base model")
+        self.model, self.fusion, self.refresh_every = model, fusion, anchor_refresh_every
+        self.counters = CallCounters()
+        self._anchor: torch.Tensor | None = None
+        self._age = 0
+        self._canvas_start: int | None = None
+
+    # -- one denoising step ---------------------------------------------------------------
+    def stages(self, canvas: torch.Tensor, past_key_values: Any, **decoder_kwargs: Any) -> tuple[torch.Tensor, Any]:
+        """``(c, step)``: S's output on ``canvas`` and the step's positions/masks (decoder keywords as
+        the model's ``forward`` takes them)."""
+        hidden, step = decoder_embed(self.model, canvas, past_key_values, **decoder_kwargs)
+        return decoder_layers(self.model, hidden, 0, self.split.shared, step), step
+
+    def anchor(self, current: torch.Tensor, step: Any) -> torch.Tensor:
+        """A's output on S's output ``current``: the state that is cached."""
+        lo, hi = self.split.anchor_range
+        return decoder_layers(self.model, current, lo, hi, step)
+
+    def denoise(self, current: torch.Tensor, anchor: torch.Tensor, step: Any, fuse: bool = True) -> torch.Tensor:
+        """Logits from the current state and an (possibly stale) anchor state: D(Phi(c, h)), or D(h)
+        without a fusion or with ``fuse=False``."""
+        fused = self.fusion(current, anchor) if (fuse and self.fusion is not None) else anchor
+        hidden = decoder_layers(self.model, fused, self.split.anchor_range[1], num_decoder_layers(self.model), step)
+        return decoder_head(self.model, hidden)
+
+    def _cached_forward(self, input_ids=None, decoder_input_ids=None, past_key_values=None,
+                        self_conditioning_logits=None, decoder_position_ids=None, **kwargs):
+        from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaBlockDiffusionOutputWithPast
+
+        model = self.model
+        if input_ids is not None or decoder_input_ids is None:  # not a denoising step: the model's own forward
+            return type(model).forward(model, input_ids=input_ids, decoder_input_ids=decoder_input_ids,
+                                       past_key_values=past_key_values, self_conditioning_logits=self_conditioning_logits,
+                                       decoder_position_ids=decoder_position_ids, **kwargs)
+        start = int(decoder_position_ids.reshape(-1)[0]) if decoder_position_ids is not None else None
+        if self._anchor is None or self_conditioning_logits is None or start != self._canvas_start:
+            self._anchor, self._canvas_start = None, start  # a new canvas: its first step refreshes
+            self.counters.canvases += 1
+        current, step = self.stages(decoder_input_ids, past_key_values, self_conditioning_logits=self_conditioning_logits,
+                                    decoder_position_ids=decoder_position_ids, **kwargs)
+        c = self.counters
+        if self._anchor is None or self._age >= self.refresh_every:
+            self._anchor, self._age = self.anchor(current, step), 0
+            c.anchor_refreshes += 1
+            c.anchor_layer_calls += self.split.anchor
+            c.decoder_layer_calls += self.split.anchor
+        logits = self.denoise(current, self._anchor, step)
+        self._age += 1
+        c.nfe += 1
+        c.fusion_calls += int(self.fusion is not None)
+        c.decoder_layer_calls += self.split.shared + self.split.denoiser
+        c.base_decoder_layer_calls += self.split.total
+        return DiffusionGemmaBlockDiffusionOutputWithPast(logits=logits, past_key_values=past_key_values)
+
+    @contextlib.contextmanager
+    def cached_sampling(self):
+        """Within the block, ``self.model.generate`` (and any ``self.model(...)``) denoises with the cache."""
+        model = self.model
+        if "forward" in vars(model):
+            raise ConfigError("the model's forward is already replaced (a cached sampling inside another)")
+        self.counters, self._anchor, self._age, self._canvas_start = CallCounters(), None, 0, None
+        model.forward = self._cached_forward
+        try:
+            yield self
+        finally:
+            del model.forward
+            self._anchor = None
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, **kwargs: Any):
+        """``model.generate(input_ids, **kwargs)`` with the anchor cache; counters in :attr:`counters`."""
+        if self.fusion is not None:
+            self.fusion.eval()
+        with self.cached_sampling():
+            return self.model.generate(input_ids, **kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        return {"split": asdict(self.split), "anchor_refresh_every": self.refresh_every,
+                "fusion": None if self.fusion is None else {"parameters": fusion_parameters(self.fusion),
+                                                             "fusion_dim": self.fusion.config.fusion_dim,
+                                                             "num_heads": self.fusion.config.num_heads}}
+
+
+def fusion_parameters(fusion: nn.Module) -> int:
+    """Phi's parameter count (all of them train)."""
+    return sum(p.numel() for p in fusion.parameters())
+
+
+def layer_calls_per_canvas(split: LayerSplit, steps: int, refresh_every: int) -> int:
+    """Decoder layer calls for one canvas of ``steps`` steps: ``T (L_S + L_D) + ceil(T / K) L_A``."""
+    return steps * (split.shared + split.denoiser) + math.ceil(steps / refresh_every) * split.anchor
+
+
+def load_fusion(path: str, *, device: str | None = None) -> AnchorFusion:
+    """A trained :class:`AnchorFusion` from a folder written by the ``tadm_gemma`` trainer."""
+    from anchored_reasoning.models.diffusion_gemma import config_model_type
+
+    kind = config_model_type(path)
+    if kind != AnchorFusionConfig.model_type:
+        raise ConfigError(f"{path!r} is a {kind!r} checkpoint, not a TADM fusion ({AnchorFusionConfig.model_type!r}, "
+                          "written by `anchored-reasoning train` with trainer: tadm_gemma)")
+    fusion = AnchorFusion.from_pretrained(str(path)).eval()
+    return fusion.to(device) if device is not None else fusion
+
+
+__all__ = ["AnchorFusion", "AnchorFusionConfig", "CallCounters", "TADMDiffusionGemma", "fusion_parameters",
+           "layer_calls_per_canvas", "load_fusion"]
