@@ -16,6 +16,7 @@ TRAINERS: dict[str, str] = {
     "diffusion": "anchored_reasoning.train.diffusion:run",  # MDLM / ADLM pretraining and SFT
     "tadm": "anchored_reasoning.train.tadm:run",  # TADM: T-ANELBO pretraining, post-training of MDLM/ADLM
     "grpo": "anchored_reasoning.train.grpo:run",  # GRPO (plain / anchored) for causal LMs, diffu-GRPO for MDLM/ADLM/TADM
+    "tadm_gemma": "anchored_reasoning.train.tadm_gemma:run",  # TADM:Post-train of a frozen DiffusionGemma (fusion only)
 }
 
 
