@@ -33,6 +33,8 @@ def verdict(summary: dict[str, Any]) -> list[str]:
     """One line per finding the numbers support (or do not), in plain words."""
     m = summary["methods"]
     lines = []
+    if "anchor_chain" in m and "cot" in m:
+        lines.append(anchors_vs_cot(m["anchor_chain"]["generated"], m["cot"]["generated"]))
     best = max(m, key=lambda n: m[n]["generated"]["accuracy"])
     g = m[best]["generated"]
     lines.append(f"Best method: {best} at {g['accuracy']:.2f} (chance {summary['chance']}); "
@@ -63,6 +65,17 @@ def verdict(summary: dict[str, Any]) -> list[str]:
         lines.append(f"ACoT {a['accuracy']:.2f} ({a['mean_generated_tokens']:.1f} tokens) vs pause {p['accuracy']:.2f}: "
                      + ("ACoT above pause beyond the intervals." if sep else "ACoT does not beat pause at this size."))
     return lines
+
+
+def anchors_vs_cot(a: dict[str, Any], c: dict[str, Any]) -> str:
+    """The demo's one-line take-away: the written anchors against CoT, accuracy (with whether their 95% intervals
+    separate them) and tokens generated."""
+    above, below = a["accuracy_ci95"][0] > c["accuracy_ci95"][1], a["accuracy_ci95"][1] < c["accuracy_ci95"][0]
+    ratio = a["mean_generated_tokens"] / c["mean_generated_tokens"] if c["mean_generated_tokens"] else float("nan")
+    where = ("above CoT beyond both 95% intervals" if above else "below CoT beyond both 95% intervals" if below
+             else "level with CoT within their 95% intervals")
+    return (f"Written anchors vs CoT: {a['accuracy']:.2f} vs {c['accuracy']:.2f} ({where}) at "
+            f"{a['mean_generated_tokens']:.1f} vs {c['mean_generated_tokens']:.1f} tokens ({ratio:.2f}x CoT's).")
 
 
 def render_table(summary: dict[str, Any]) -> str:

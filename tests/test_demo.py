@@ -41,11 +41,14 @@ def test_demo_runs_end_to_end_at_a_tiny_budget(tmp_path, monkeypatch, capsys):
         assert (out / name / "eval_generated" / "records.jsonl").is_file()
         meta = json.loads((out / name / "model" / "anchored_reasoning.json").read_text())
         assert meta["method"] == name and meta["task"] == "prosqa"
+        if name == "anchor_chain":  # the written anchors: the search's nodes with its back-ups marked
+            assert meta["method_options"]["revisits"] is True and meta["method_options"]["mark_backups"] is True
         if data:
             assert r["real_prosqa"]["n"] == 6
     assert summary["scale"]["train_seconds_per_method"] > 0
     assert max(summary["surface_rules_on_held_out"].values()) <= 1.0  # scored on the held-out problems
     assert "Binding probe" in printed and "answer flips" in printed
+    assert "Written anchors vs CoT:" in printed  # the take-away line: accuracy and tokens of the two
     assert summary["methods"]["acot"]["stages_planned"] > 1  # the curriculum was scheduled
     assert (out / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| method |" in (out / "results.md").read_text()
@@ -103,6 +106,21 @@ def test_binding_line_gives_the_flips_at_the_shallowest_and_deepest_depth():
     line = next(x for x in lines if x.startswith("Binding probe"))
     assert "at 1 hop: nocot 0.85, cot 0.95" in line and "at 3 hops: nocot 0.12, cot 0.30" in line
     assert "no method reads the asked entity reliably" in line
+
+
+def test_the_verdict_opens_with_the_written_anchors_against_cot():
+    from anchored_reasoning.demo_report import verdict
+
+    def gen(acc, lo, hi, tokens):
+        return {"generated": {"accuracy": acc, "accuracy_ci95": [lo, hi], "mean_generated_tokens": tokens}}
+
+    above = verdict({"chance": 0.5, "methods": {"cot": gen(0.80, 0.75, 0.85, 90.0), "anchor_chain": gen(0.92, 0.88, 0.95, 30.0)}})
+    assert above[0] == ("Written anchors vs CoT: 0.92 vs 0.80 (above CoT beyond both 95% intervals) at 30.0 vs 90.0 "
+                        "tokens (0.33x CoT's).")
+    level = verdict({"chance": 0.5, "methods": {"cot": gen(0.80, 0.75, 0.85, 40.0), "anchor_chain": gen(0.78, 0.72, 0.83, 30.0)}})
+    assert "level with CoT within their 95% intervals" in level[0] and "(0.75x CoT's)" in level[0]
+    below = verdict({"chance": 0.5, "methods": {"cot": gen(0.97, 0.95, 0.99, 34.0), "anchor_chain": gen(0.68, 0.62, 0.74, 25.0)}})
+    assert "below CoT beyond both 95% intervals" in below[0]
 
 
 def test_demo_trains_on_the_written_search_and_holds_out_plain_problems():

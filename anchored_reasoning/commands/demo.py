@@ -12,14 +12,14 @@ from anchored_reasoning import demo as _demo
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="train No-CoT, CoT, pause and ACoT on generated ProsQA and compare them (CPU, minutes)",
+        help="train the written anchors, CoT, pause and ACoT on generated ProsQA and compare them (CPU, minutes)",
         description=_demo.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    p.add_argument("--budget-minutes", type=float, default=9.0, help="total time budget for training + evaluation (default 9)")
+    p.add_argument("--budget-minutes", type=float, default=7.0, help="total time budget for training + evaluation (default 7)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--methods", default=",".join(DEMO_METHODS), help="comma-separated (nocot,cot,pause,acot,stepwise)")
+    p.add_argument("--methods", default=",".join(DEMO_METHODS), help="comma-separated, from nocot,cot,anchor_chain,pause,acot,stepwise (default cot,anchor_chain,pause,acot)")
     p.add_argument("--train-n", type=int, default=20000, help="generated training problems (default 20000)")
     p.add_argument("--eval-n", type=int, default=240, help="held-out generated problems, split over the depths (default 240)")
     p.add_argument("--hops", default="1,2,3", help="answer depths of the problems (ladder sizes; default 1,2,3)")
