@@ -59,8 +59,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doc_blocks import (DOC_FILES, PLACEHOLDER, ROOT, RUN_STUB, CODE_LANGS, Step, bash_commands,  # noqa: E402
                         fenced_blocks, plan_file, results_steps)
-from doc_runner import (Result, StubServer, Worker, copy_outputs, reads_workspace, make_workspace,  # noqa: E402
-                        small_argv, snapshot, static_check)
+from doc_runner import (Result, StubServer, Worker, cli_parse_error, copy_outputs, make_workspace,  # noqa: E402
+                        pip_check, reads_workspace, small_argv, snapshot, static_check)
 
 CHECK_ONLY = {  # a snippet of the block -> why it cannot run here
     '"GSAI-ML/LLaDA-8B-Instruct"': "loads LLaDA-8B from the Hub",
@@ -163,6 +163,8 @@ def undefined_names(step: Step) -> str:
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", "--select", "F821",
                            "--output-format", "concise", "--stdin-filename", f"{step.path}.py", "-"],
                           input="\n" * (step.line - 1) + step.code, capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        return f"ruff could not check the block: {proc.stderr.strip()[-500:]}"
     return "\n".join(line for line in proc.stdout.splitlines() if "F821" in line)
 
 
@@ -243,11 +245,11 @@ def test_bash_reads_a_block_as_a_shell_would():
     from doc_blocks import Block
 
     text = ('M=~/m\nOMP_NUM_THREADS=1 nice -n 10 anchored-reasoning eval --model $M \\\n    --out "a b"  # note\n'
-            'for T in x y; do\n  make $T &\ndone\nwait\n')
+            'anchored-reasoning serve m &\nfor T in x y; do\n  make $T\ndone\nwait\n')
     cmds = [(c.line, c.argv) for c in bash_commands(Block("doc.md", 5, "bash", text))]
     home = str(Path.home())
     assert cmds == [(6, ["nice", "-n", "10", "anchored-reasoning", "eval", "--model", f"{home}/m", "--out", "a b"]),
-                    (9, ["make", "x"]), (9, ["make", "y"])]
+                    (8, ["anchored-reasoning", "serve", "m"]), (10, ["make", "x"]), (10, ["make", "y"])]
 
 
 def test_small_settings_shrink_a_recipe_and_an_eval():
@@ -258,3 +260,23 @@ def test_small_settings_shrink_a_recipe_and_an_eval():
     step = Step("d.md", 1, "run", "cli", argv=["anchored-reasoning", "eval", "--task", "gsm8k", "--limit", "50"])
     assert small_argv(step, "http://s/v1")[2:] == ["--task", "gsm8k", "--limit", "2", "--max-new-tokens", "8",
                                                    "--base-url", "http://s/v1"]
+
+
+def test_static_checks_catch_a_rotted_command():
+    assert "--no-such-flag" in cli_parse_error(["eval", "--task", "gsm8k", "--no-such-flag"])
+    assert cli_parse_error(["train", "tiny_test", "--quiet", "training.max_steps=1"]) == ""  # overrides after options
+    assert "make" in static_check(Step("d.md", 1, "parse", "make", argv=["make", "no-such-target"]))
+    assert "extras" in pip_check(["pip", "install", "-e", ".[no-such-extra]"])
+    assert pip_check(["pip", "install", "-e", ".[dev]"]) == ""
+
+
+@pytest.mark.slow
+def test_the_worker_parses_without_running_and_names_the_markdown_line(session: DocSession, tmp_path):
+    argv = ["prosqa", "--n", "3", "--out", str(tmp_path / "p.json")]
+    bad = session.worker.call({"kind": "module-parse", "module": "anchored_reasoning.generators", "argv": [*argv, "--bogus"]})
+    assert bad["rc"] == 2 and "--bogus" in bad["output"]
+    good = session.worker.call({"kind": "module-parse", "module": "anchored_reasoning.generators", "argv": argv})
+    assert good["rc"] == 0 and not (tmp_path / "p.json").exists()  # parsed, not run
+    block = session.worker.call({"kind": "python", "code": "x = 1\nraise ValueError('boom')\n", "line": 10,
+                                 "path": "docs/x.md", "cwd": str(tmp_path)})
+    assert block["rc"] == 1 and 'File "docs/x.md", line 11' in block["output"]
