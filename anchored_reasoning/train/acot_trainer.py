@@ -154,6 +154,21 @@ class AnchoredSFTConfig(SFTConfig):
 class AnchoredSFTTrainer(SFTTrainer):
     """SFTTrainer whose ``compute_loss`` adds gamma x anchor cross-entropy at the [ANT] slots.
 
+    Given a ``method`` (a name -- ``"acot"``, ``"cot"``, ``"anchor_chain"``, ... built in the trained
+    style with ``method_options`` -- or a Method object) and a ``task`` (a name or a Task), the trainer
+    assembles what the recipe path does (:mod:`anchored_reasoning.train.method_setup`): the method's
+    special tokens in ``processing_class`` and the model's embeddings resized to match, a pad token, a
+    ``train_dataset`` / ``eval_dataset`` given as a list of :class:`~anchored_reasoning.types.Example`
+    wrapped for the collator, the :class:`~anchored_reasoning.train.collate.AnchoredCollator` when
+    ``data_collator`` is None, and the time-budget / curriculum callbacks ``args`` asks for; then
+    :meth:`save_model` writes ``anchored_reasoning.json`` beside the weights and tokenizer, so
+    ``run_eval`` and ``anchored-reasoning eval`` prompt the checkpoint in its trained format::
+
+        trainer = AnchoredSFTTrainer(model=model, processing_class=tokenizer, method="acot", task="prosqa",
+                                     train_dataset=examples, args=AnchoredSFTConfig(output_dir="runs/acot"))
+        trainer.train(); trainer.save_model()
+
+    ``model`` may also be a model-zoo alias, a local folder or a Hub id (loaded with its tokenizer).
     Batches come from :class:`~anchored_reasoning.train.collate.AnchoredCollator` (``labels`` for the LM
     loss, ``anchor_labels`` for the anchor loss, ``anchor_slots`` / ``anchor_targets`` counts per row).
     Logged separately: ``lm_loss``, ``anchor_loss``, ``anchor_accuracy`` and the running counts
@@ -166,13 +181,45 @@ class AnchoredSFTTrainer(SFTTrainer):
     # The loss is a per-batch mean; Trainer divides it by the accumulation steps itself.
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None,
+                 processing_class=None, *, method=None, task=None, method_options=None, **kwargs):
+        from anchored_reasoning.train.method_setup import assemble
+
+        if model is None:
+            from anchored_reasoning.errors import ConfigError
+
+            raise ConfigError("AnchoredSFTTrainer needs a model: a causal LM, or its alias, folder or Hub id")
+        parts = assemble(model=model, args=args, data_collator=data_collator, train_dataset=train_dataset,
+                         eval_dataset=eval_dataset, processing_class=processing_class, method=method, task=task,
+                         method_options=method_options, callbacks=kwargs.pop("callbacks", None),
+                         config_cls=AnchoredSFTConfig)
+        #: the trained-style method this trainer renders (None when the caller brings its own collator only)
+        self.method = parts.pop("method")
+        self.task_name = parts.pop("task_name")
+        self.curriculum_callback = parts.pop("curriculum")
+        super().__init__(**parts, **kwargs)
         self.model_accepts_loss_kwargs = False
         self.compute_loss_calls = 0
         self.examples_fewer_anchors = 0
         self.examples_no_anchors = 0
         self.restaged_batches = 0
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save the weights and the tokenizer (``Trainer.save_model``) to ``output_dir`` (default
+        ``args.output_dir``), and, when the trainer was given a ``method``, ``anchored_reasoning.json``
+        (:func:`~anchored_reasoning.train.method_setup.checkpoint_meta`) so evaluation prompts the saved
+        model in the format of the stage it was trained at."""
+        super().save_model(output_dir, _internal_call)
+        if self.method is not None and self.args.should_save:
+            import json
+            from pathlib import Path
+
+            from anchored_reasoning.checkpoints import CHECKPOINT_META
+            from anchored_reasoning.train.method_setup import checkpoint_meta
+
+            meta = checkpoint_meta(self.method, self.curriculum_callback, self.task_name)
+            folder = Path(output_dir if output_dir is not None else self.args.output_dir)
+            (folder / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
 
     def create_accelerator_and_postprocess(self):
         """As the Trainer's, plus FSDP2 on a CPU process group (see :func:`_fsdp_plugin_for_cpu`): the

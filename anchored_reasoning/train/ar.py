@@ -28,7 +28,7 @@ from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
 from anchored_reasoning.train.data_sources import load_split
-from anchored_reasoning.train.separator import separator_warning
+from anchored_reasoning.train.method_setup import steps_kept_warning  # noqa: F401 - re-exported (it moved there)
 from anchored_reasoning.types import Example
 
 logger = logging.getLogger(__name__)
@@ -47,17 +47,6 @@ _PRESET_DEFAULTS = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 # ---------------------------------------------------------------------------------------------
 # data (sections and mixes are loaded by data_sources.load_split)
-
-def steps_kept_warning(method, curriculum: bool) -> str | None:
-    """A warning when a slot method (pause, acot) will keep every reasoning step in its target: without a
-    curriculum and ``remove_steps_per_stage`` it trains at its last slot stage, i.e. CoT after the slots --
-    not the paper's pause/ACoT, whose curriculum removes the steps (``train/prosqa_gpt2_pause.yaml``)."""
-    if getattr(method, "slot_kind", None) is None or curriculum or getattr(method, "remove_steps_per_stage", 0):
-        return None
-    return (f"method {method.name!r} without training.curriculum and method.options.remove_steps_per_stage keeps "
-            f"every reasoning step in its target: it learns CoT after its slots, not the paper's {method.name} "
-            f"(set both, as train/prosqa_gpt2_{method.name}.yaml does, to remove the steps)")
-
 
 def training_texts(examples: Sequence[Example], method: Any, task: Any) -> list[str]:
     """Rendered text of every curriculum stage, for training a tokenizer that covers the format."""
@@ -95,6 +84,7 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     from anchored_reasoning.methods.anchored import add_special_tokens
+    from anchored_reasoning.train.method_setup import prepare_for_method
 
     preset = model_cfg.get("preset")
     name = model_cfg.get("name")
@@ -142,12 +132,9 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
         if model_cfg.get("dtype"):
             kwargs["dtype"] = getattr(torch, str(model_cfg["dtype"]))
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        add_special_tokens(tokenizer, model, extra=extra_tokens, init=token_inits)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    # the one path that readies model + tokenizer for a method, shared with AnchoredSFTTrainer(method=...)
+    # (a preset's tokens are in its vocabulary already: nothing is resized or initialised for it)
+    prepare_for_method(model, tokenizer, extra_tokens, token_inits)
     return model, tokenizer
 
 
@@ -214,12 +201,11 @@ def run_with_examples(
     overrides: Sequence[str] = (),
 ) -> Path:
     """Like :func:`run`, with the examples given (the recipe's ``data`` section is ignored)."""
-    from anchored_reasoning.methods import get_method
     from anchored_reasoning.train import checkpointing
     from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
-    from anchored_reasoning.train.collate import AnchoredCollator, check_anchor_labels, examples_dataset
-    from anchored_reasoning.train.curriculum import (
-        CurriculumCallback, GenerationEvaluator, TimeBudgetCallback, curriculum_plan_for,
+    from anchored_reasoning.train.collate import check_anchor_labels, examples_dataset
+    from anchored_reasoning.train.method_setup import (
+        anchored_callbacks, anchored_collator, checkpoint_meta, preflight, trained_method,
     )
 
     recipe = _check(recipe, overrides)
@@ -235,16 +221,10 @@ def run_with_examples(
     if plan.finished:
         return output_dir
     options = dict(method_cfg.get("options") or {})
-    if method_cfg["name"] in ("acot", "pause") and "k" not in options:
-        options["k"] = config.num_anchor_slots  # training.num_anchor_slots sets k unless the method options do
-    method = get_method(method_cfg["name"], style="trained", **options)
-    for warning in (steps_kept_warning(method, bool(config.curriculum)),
-                    separator_warning(method, recipe["model"], options, train_examples, task_name)):
-        if warning:
-            logger.warning(warning)
+    method = trained_method(method_cfg["name"], options, config.num_anchor_slots)
+    # warnings; a curriculum that cannot fit the run's steps is refused before any model is built
+    preflight(config, method, train_examples, task_name, recipe["model"], options)
     task = grader_for(task_name) if config.generation_eval else None
-    if config.curriculum:  # a curriculum that cannot fit the run's steps is refused before any model is built
-        curriculum_plan_for(config, method, len(train_examples))
 
     output_dir.mkdir(parents=True, exist_ok=True)
     needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
@@ -254,40 +234,8 @@ def run_with_examples(
     logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
     anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
 
-    collator = AnchoredCollator(
-        tokenizer, method, task=task_name, ant_token=config.ant_token, max_length=config.max_length,
-        keep_rows=bool(config.curriculum),
-    )
-    evaluator = None
-    if config.generation_eval and valid_examples:
-        evaluator = GenerationEvaluator(
-            tokenizer,
-            valid_examples[: config.generation_eval_samples],
-            task=task,
-            max_new_tokens=config.generation_max_new_tokens,
-            batch_size=config.generation_batch_size,
-            out_dir=output_dir / "validation",
-        )
-    curriculum = CurriculumCallback(
-        collator,
-        method,
-        curriculum=config.curriculum,
-        schedule=config.curriculum_schedule,
-        epochs_per_stage=config.epochs_per_stage,
-        stage_fraction=config.stage_fraction,
-        num_stages=config.num_stages,
-        schedule_epochs=config.curriculum_epochs,
-        first_stage=config.curriculum_first_stage,
-        min_steps_per_stage=config.curriculum_min_steps_per_stage,
-        reset_optimizer=config.reset_optimizer_on_stage,
-        max_train_seconds=config.max_train_seconds,
-        evaluator=evaluator,
-        eval_every_stage=config.generation_eval_every_stage,
-        eval_steps=config.generation_eval_steps,
-        keep_best=config.keep_best,
-        best_from_stage=config.best_from_stage,
-    )
-    budget = TimeBudgetCallback(config.max_train_seconds)
+    collator = anchored_collator(config, tokenizer, method, task_name)
+    budget, curriculum = anchored_callbacks(config, collator, method, tokenizer, valid_examples, task)
     trainer = AnchoredSFTTrainer(
         model=model,
         args=config,
@@ -304,17 +252,7 @@ def run_with_examples(
     checkpointing.save_model(trainer, output_dir)
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(output_dir))
-        # The checkpoint is prompted in the format of the stage its weights were trained at: the best
-        # validated one when it was restored, else the stage training ended in (a time budget can
-        # stop a curriculum before its final stage).
-        saved_stage = curriculum.best["stage"] if curriculum.best else curriculum.stage
-        final_method = curriculum.method_at(saved_stage)
-        meta = {
-            "method": method.name,
-            "method_options": final_method.options,
-            "style": "trained",
-            "task": task_name,
-        }
+        meta = checkpoint_meta(method, curriculum, task_name)  # the format of the stage the weights were saved at
         (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
         summary = {
             "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
