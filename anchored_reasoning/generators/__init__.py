@@ -6,6 +6,10 @@ same JSON files) as the published data, so a generated file can stand in for a s
 >>> train = generate_dataset("prosqa", 1000, seed=0)                  # list[Example]
 >>> small = generate_dataset("prosqa", 200, seed=1, num_nodes=12, min_hops=2)
 >>> logic = generate_dataset("prontoqa", 1000, seed=0, hops=5)
+>>> dfs = generate("prosqa", 512, seed=0, trace="dfs", num_nodes=12)  # the proofs as a depth-first search
+
+``generate`` is the one-call entry (``anchored_reasoning.generate``): problems, then their proofs
+rewritten in a trace order (:func:`anchored_reasoning.generators.traces.apply_trace`).
 
 Command line: ``python -m anchored_reasoning.generators prosqa --n 17886 --seed 0 --out DIR/prosqa/train.json``.
 """
@@ -22,6 +26,8 @@ GENERATORS = {
     "prosqa": "anchored_reasoning.generators.prosqa",
     "prontoqa": "anchored_reasoning.generators.prontoqa",
 }
+#: Each generator's size dataclass (in its module): its fields are the size options ``generate`` accepts.
+_SIZE_CONFIGS = {"prosqa": "ProsQAConfig", "prontoqa": "ProntoQAConfig"}
 
 
 def _module(task: str):
@@ -40,6 +46,26 @@ def generate_dataset(task: str, n: int, seed: int = 0, split: str = "generated",
     """``n`` generated Examples of ``task`` ("prosqa" or "prontoqa"), deterministic in ``seed``.
     ``size`` are the generator's size options (ProsQA: num_nodes, min_hops, ...; ProntoQA: hops)."""
     return _module(task).generate_dataset(n, seed, split=split, **size)
+
+
+def generate(name: str, n: int, seed: int = 0, trace: str | None = None, **params: Any) -> list[Example]:
+    """``n`` generated Examples of task ``name`` ("prosqa" or "prontoqa"), deterministic in ``seed``,
+    with their proofs written in ``trace`` order (None or "forward": as generated; "dfs", "backward", ...:
+    :data:`~anchored_reasoning.generators.traces.TRACE_ORDERS`). ``params`` are the generator's size
+    options (ProsQA: num_nodes, min_hops, max_hops, neg_depth, ...; ProntoQA: hops) and ``split``. An
+    unknown task, trace or option fails before any problem is generated."""
+    from anchored_reasoning.generators.traces import apply_trace, check_trace
+
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(getattr(_module(name), _SIZE_CONFIGS[name]))} | {"split"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ConfigError(f"generate({name!r}): unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    check_trace(name, trace)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"generate({name!r}, n={n!r}): n must be a positive int (the number of problems)")
+    return apply_trace(generate_dataset(name, n, seed, **params), name, trace)
 
 
 def write_json(task: str, path: str | Path, n: int, seed: int = 0, **size: Any) -> Path:
