@@ -114,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
     method = check_before_loading(args, task, method_options)
     backend = build_backend(args)
     if method is None or not Path(str(args.model)).is_dir():  # an alias's metadata is known once it is resolved
-        from anchored_reasoning.eval.runner import build_method
+        from anchored_reasoning.eval.runner import method_for_backend
 
-        method = build_method(args.method, getattr(backend, "model_path", None), **method_options)
+        method = method_for_backend(args.method, backend, args.model, **method_options)
     summary = run_eval(
         task,
         backend,

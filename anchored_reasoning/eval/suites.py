@@ -201,7 +201,7 @@ def run_suite(path: str | os.PathLike, args: argparse.Namespace | None = None) -
     """Run every (task, method) of the suite with one backend, then compare them. Returns 0."""
     from anchored_reasoning.eval.compare import compare_runs
     from anchored_reasoning.eval.report import markdown_table
-    from anchored_reasoning.eval.runner import build_method, run_eval
+    from anchored_reasoning.eval.runner import method_for_backend, run_eval
 
     suite = load_suite(path)
     spec, runs = plan(suite, args)
@@ -215,11 +215,10 @@ def run_suite(path: str | os.PathLike, args: argparse.Namespace | None = None) -
     }, indent=2, default=str) + "\n")
     logger.info("suite %s: %d runs of %s (%s backend) into %s", suite.name, len(runs), spec["model"], spec["backend"], out)
     backend = build_backend(spec, seed=int(runs[0].settings.get("seed", 0)))
-    model_path = getattr(backend, "model_path", None) or (spec["model"] if Path(spec["model"]).is_dir() else None)
     summaries, dirs = [], []
     for i, r in enumerate(runs, 1):
         s = dict(r.settings)
-        method = build_method(r.method, model_path, **(s.pop("method_args", None) or {}))
+        method = method_for_backend(r.method, backend, spec["model"], **(s.pop("method_args", None) or {}))
         logger.info("suite %s: run %d/%d: %s", suite.name, i, len(runs), r.name)
         summary = run_eval(
             r.task, backend, method, out_dir=out / r.name, data_dir=data_dir, progress=progress,
