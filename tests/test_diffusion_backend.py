@@ -63,6 +63,27 @@ def test_every_sampler_reproduces_the_scripted_text_and_cuts_at_eos(tok, sampler
     assert c.finish_reason == "stop" and c.seconds >= 0
 
 
+def test_completions_carry_nfe_and_tokens_per_forward(tok):
+    """Each completion's meta counts its batch's model calls (NFE) and tokens per forward (TPF); the
+    threshold sampler decodes several confident positions per call, so its TPF exceeds one-per-step's."""
+    from anchored_reasoning.eval.report import summarize
+
+    prompt = "Question: what is 2 + 2?\n"
+    one, model = backend_for(tok, "The answer is 4.", prompt, sampler="low_confidence", steps=16)
+    [[c]] = one.generate([Prompt(prompt), Prompt(prompt)], SamplingSpec(max_new_tokens=16))[:1]
+    assert c.meta["nfe"] == model.calls == 16 and c.meta["batch_rows"] == 2
+    assert c.meta["decoded_tokens"] == 16 and c.meta["tokens_per_forward"] == 1.0
+    fast, model = backend_for(tok, "The answer is 4.", prompt, sampler="threshold", threshold=0.5, steps=16)
+    [[t]] = fast.generate([Prompt(prompt)], SamplingSpec(max_new_tokens=16))
+    assert t.text == c.text and t.meta["nfe"] == model.calls < 16
+    assert t.meta["tokens_per_forward"] == pytest.approx(t.meta["decoded_tokens"] / t.meta["nfe"]) and t.meta["tokens_per_forward"] > 1
+    records = [{"id": str(i), "sample": 0, "correct": True, "tokens": x.n_tokens, "meta": x.meta} for i, x in enumerate([c, t])]
+    den = summarize(records)["denoiser"]
+    assert den["nfe_mean"] == (16 + t.meta["nfe"]) / 2 and den["samples"] == 2
+    assert den["tokens_per_forward"] == pytest.approx(32 / (16 + t.meta["nfe"]))
+    assert "denoiser" not in summarize([{"id": "a", "sample": 0, "correct": True, "tokens": 3}])
+
+
 def test_stop_strings_cut_text_and_token_count(tok):
     prompt = "Question: what?\n"
     backend, _ = backend_for(tok, "Step one. ### 4 and more", prompt, steps=24)
@@ -164,5 +185,7 @@ def test_prosqa_sft_then_runner_end_to_end(tmp_path):
     assert all(r["prompt"].endswith("[BoR]") and r["tokens"] <= 48 for r in records)
     # (whether 20 steps teach it anything is not the point here; tests/test_diffusion_trainer.py checks learning)
     assert all((r["tokens"] == 0) == (r["completion"] == "") and r["finish_reason"] in ("stop", "length") for r in records)
+    assert all(1 <= r["meta"]["nfe"] <= 32 and r["meta"]["batch_rows"] <= 4 for r in records)
+    assert summary["denoiser"]["samples"] == 6 and summary["denoiser"]["tokens_per_forward"] > 0
     again = run_eval("prosqa", backend, method, out_dir=out, examples=examples, max_new_tokens=48, progress=False)
     assert len(load_records(out / "records.jsonl")) == 6 and again["accuracy"] == summary["accuracy"]

@@ -88,6 +88,26 @@ def get_backend(name: str, model: str, **options: Any) -> Backend:
     return factory(model, **options)
 
 
+def build_backend(name: str, model: str, *, seed: int | None = None, **options: Any) -> Backend:
+    """:func:`get_backend` for an evaluation: the run's ``seed`` goes to a backend that takes one (hf,
+    diffusion, vllm seed their sampling with it) and is left out for one that does not (None: the backend's
+    own default); an option the backend does not take is a ConfigError naming the options given. The
+    ``eval`` command builds its backend here from its flags, a suite from its ``backend_args``."""
+    try:
+        if seed is not None:
+            try:
+                return get_backend(name, model, seed=seed, **options)
+            except TypeError as exc:
+                if "seed" not in str(exc):
+                    raise
+        return get_backend(name, model, **options)
+    except TypeError as exc:
+        raise ConfigError(
+            f"backend {name!r} does not accept these options {sorted(options)}: {exc}. Check the names "
+            "(--backend-arg KEY=VALUE on the command line, backend_args in a suite; docs/evaluation.md)"
+        ) from None
+
+
 def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     """Cut ``text`` before the earliest stop string. Returns (text, whether a stop was found)."""
     cut = len(text)
@@ -125,7 +145,7 @@ def per_prompt_samples(results: dict[tuple[int, int], Completion], n_prompts: in
         if shared:
             c = results[(pi, 0)]
             share = c.seconds / n
-            out.append([Completion(c.text, c.n_tokens, share, c.finish_reason) for _ in range(n)])
+            out.append([Completion(c.text, c.n_tokens, share, c.finish_reason, meta=c.meta) for _ in range(n)])
         else:
             out.append([results[(pi, si)] for si in range(n)])
     return out

@@ -34,7 +34,12 @@ How a prompt becomes a completion:
   (a resumed run draws the same samples);
 * ``on_progress(done_samples, new_tokens)`` (optional, :data:`~anchored_reasoning.backends.ProgressFn`)
   hears after every denoising step how many positions were unmasked in it, and each batch's samples
-  when the batch ends.
+  when the batch ends;
+* every :class:`~anchored_reasoning.types.Completion` carries ``meta`` (the runner writes it into each
+  record): ``nfe`` (model calls of its batch; one call runs every row of the batch), ``steps``,
+  ``gen_length``, ``decoded_tokens`` (window positions the model decoded, positions filled with EOS
+  after an ended row excluded), ``tokens_per_forward`` (``decoded_tokens / nfe``, the dllm
+  leaderboard's TPF) and ``batch_rows``; a run's summary aggregates them under ``denoiser``.
 """
 from __future__ import annotations
 
@@ -303,7 +308,8 @@ class DiffusionBackend:
             self._refreshed[0] += _stats.anchor_rows
             self._refreshed[1] += _stats.row_calls
         gen = out[:, width:].tolist()
-        return [self._finish(tokens, stop, share) for tokens, stop in zip(gen, stops)]
+        return [self._finish(tokens, stop, share, _row_meta(_stats, r, len(ids)))
+                for r, (tokens, stop) in enumerate(zip(gen, stops))]
 
     @property
     def anchor_refresh_fraction(self) -> float | None:
@@ -311,7 +317,7 @@ class DiffusionBackend:
         with an anchor cache (1/K for K-periodic refresh); None when none had one."""
         return self._refreshed[0] / self._refreshed[1] if self._refreshed[1] else None
 
-    def _finish(self, tokens: list[int], stop: list[str], seconds: float) -> Completion:
+    def _finish(self, tokens: list[int], stop: list[str], seconds: float, meta: dict[str, Any] | None = None) -> Completion:
         """Cut at the first EOS, then at the earliest stop string; count the tokens kept."""
         eos = self.tokenizer.eos_token_id
         ended = eos in tokens
@@ -324,7 +330,17 @@ class DiffusionBackend:
                 if cut_at_stop(decode(kept[:k]), stop)[1]:
                     n_tokens = k
                     break
-        return Completion(text=text, n_tokens=n_tokens, seconds=seconds, finish_reason="stop" if (ended or stopped) else "length")
+        return Completion(text=text, n_tokens=n_tokens, seconds=seconds, finish_reason="stop" if (ended or stopped) else "length",
+                          meta=meta)
+
+
+def _row_meta(stats: Any, row: int, rows: int) -> dict[str, Any]:
+    """Row ``row``'s denoiser counters (the module doc): NFE is its batch's model calls (every call
+    ran all ``rows`` rows); ``decoded_tokens`` the window positions the model decoded (EOS fill
+    excluded); ``tokens_per_forward`` their ratio (the dllm leaderboard's TPF)."""
+    decoded = stats.gen_length - stats.filled_after_eos[row]
+    return {"nfe": stats.nfe, "steps": stats.steps, "gen_length": stats.gen_length, "decoded_tokens": decoded,
+            "tokens_per_forward": decoded / stats.nfe if stats.nfe else None, "batch_rows": rows}
 
 
 class _StepReport:

@@ -122,3 +122,29 @@ def paired_bootstrap_diff(
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
     return {"diff": float(d.mean()), "ci_low": float(lo), "ci_high": float(hi), "p_le_0": float((stats <= 0).mean()), "n": int(len(d))}
+
+
+def denoiser_counters(records: Sequence[Mapping]) -> dict[str, dict[str, float]]:
+    """``{"denoiser": {...}}`` for records whose ``meta`` carries ``nfe`` (diffusion backends), else ``{}``.
+
+    ``nfe_mean``: denoiser (model) calls per sample; ``tokens_per_forward``: generated tokens over
+    denoiser calls, summed over samples (the dllm leaderboard's TPF). A record's tokens are its
+    ``meta["decoded_tokens"]`` when the backend counted them (the positions the model decoded, EOS
+    fill excluded), else its ``tokens``. ``batch_rows_mean``: rows that shared each call (a batch of
+    B rows runs every call once for all B, so one row's NFE is its batch's)."""
+    metas = [(r, r.get("meta")) for r in records]
+    counted = [(r, m) for r, m in metas if isinstance(m, Mapping) and isinstance(m.get("nfe"), (int, float))]
+    if not counted:
+        return {}
+    nfe = [float(m["nfe"]) for _, m in counted]
+    tokens = [float(m.get("decoded_tokens", r.get("tokens") or 0)) for r, m in counted]
+    rows = [float(m["batch_rows"]) for _, m in counted if isinstance(m.get("batch_rows"), (int, float))]
+    out = {
+        "samples": len(counted),
+        "nfe_mean": float(np.mean(nfe)),
+        "nfe_total": float(sum(nfe)),
+        "tokens_per_forward": (sum(tokens) / sum(nfe)) if sum(nfe) > 0 else math.nan,
+    }
+    if rows:
+        out["batch_rows_mean"] = float(np.mean(rows))
+    return {"denoiser": out}

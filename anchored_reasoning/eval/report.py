@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from anchored_reasoning.eval.metrics import mean_ci, pass_at_k_per_problem, sensible_ks
+from anchored_reasoning.eval.metrics import denoiser_counters, mean_ci, pass_at_k_per_problem, sensible_ks
 
 #: Metric names the runner computes itself (everything else is read from ``details``).
 BUILTIN_METRICS = {"accuracy", "pass@k"}
@@ -94,6 +94,7 @@ def summarize(
         "grading_errors": int(sum("grading_error" in (r.get("details") or {}) for r in all_samples)),
         "truncated": int(sum(r.get("finish_reason") == "length" for r in all_samples)),
     }
+    summary.update(denoiser_counters(all_samples))  # diffusion runs: NFE and tokens per forward
     return summary
 
 
