@@ -237,11 +237,9 @@ def _leaves(schema, prefix=""):
 
 
 def _schemas():
-    from anchored_reasoning.train import diffusion, grpo, tadm
-    from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+    from anchored_reasoning.train.recipe_sections import key_tree
 
-    return {"ar": recipes.AR_SCHEMA, "diffusion": diffusion._schema(), "tadm": tadm._schema(),
-            "grpo": grpo.schema(DiffusionGRPOConfig)}
+    return {trainer: key_tree(trainer) for trainer in RECIPES}
 
 
 @pytest.mark.parametrize("trainer", sorted(RECIPES))

@@ -1,8 +1,10 @@
 """Training entry points. A recipe YAML names its trainer with ``trainer: <name>``; the
 ``anchored-reasoning train`` command looks the name up here and calls ``run(recipe, overrides)``.
 
-Each ``run`` validates its own keys (an unknown key fails before training starts, naming the key)
-and returns the output directory of the trained checkpoint.
+The recipe trainers (``ar``, ``diffusion``, ``tadm``, ``grpo``) run through one skeleton
+(:mod:`.pipeline`): the recipe is resolved once into its trainer's sections (:mod:`.recipe_sections`; an
+unknown key fails before training starts, naming the key), and ``run`` returns the output directory of
+the trained checkpoint.
 """
 from __future__ import annotations
 

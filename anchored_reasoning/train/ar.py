@@ -18,31 +18,19 @@ Checkpoints go to ``<output_dir>/checkpoint-<step>`` along the way (``training.s
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.train import recipes as recipes_mod
 from anchored_reasoning.train.data_sources import load_split
+from anchored_reasoning.train.model_presets import _PRESET_DEFAULTS, MODEL_PRESETS  # noqa: F401 - MODEL_PRESETS re-exported
 from anchored_reasoning.train.method_setup import steps_kept_warning  # noqa: F401 - re-exported (it moved there)
+from anchored_reasoning.train.pipeline import Pipeline, Run, execute, parameters
 from anchored_reasoning.types import Example
 
 logger = logging.getLogger(__name__)
-
-
-#: From-scratch GPT-2-class configurations. ``gpt2-124m`` is GPT-2 small's shape (the paper's backbone
-#: size, here randomly initialised); the smaller ones are what a CPU can train in minutes.
-MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    "gpt2-tiny": {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": 512},
-    "gpt2-mini": {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 512},
-    "gpt2-small": {"n_layer": 6, "n_embd": 384, "n_head": 6, "n_positions": 1024},
-    "gpt2-124m": {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024},
-}
-_PRESET_DEFAULTS = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,35 +151,100 @@ def grader_for(task_name: str | None):
     return get_task(task_name)
 
 
-def _check(recipe: Mapping[str, Any] | str, overrides: Sequence[str]) -> dict[str, Any]:
-    recipe = recipes_mod.resolve(recipe, overrides)  # unknown keys fail here, before any work
-    if recipe.get("trainer", "ar") != "ar":
-        raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the 'ar' trainer")
-    method_cfg = dict(recipe.get("method") or {})
-    if not method_cfg.get("name"):
-        raise ConfigError("recipe needs method.name (nocot, cot, pause, acot or stepwise)")
-    if not recipe.get("model"):
-        raise ConfigError("recipe needs a 'model' section (preset or name)")
-    return recipe
+class ARPipeline(Pipeline):
+    """The ``ar`` kind's hooks on the run skeleton (:mod:`.pipeline`). ``train_examples``: examples given
+    (:func:`run_with_examples`) instead of the recipe's ``data`` section."""
+
+    kind = "ar"
+
+    def __init__(self, train_examples: Sequence[Example] | None = None, valid_examples: Sequence[Example] = ()):
+        self.train_examples, self.valid_examples = train_examples, list(valid_examples)
+
+    def output_dir(self, recipe: Mapping[str, Any]) -> Path:
+        return Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'recipe'))).stem}")
+
+    def resolve(self, recipe, overrides):
+        recipe = super().resolve(recipe, overrides)
+        if not (recipe.get("method") or {}).get("name"):
+            raise ConfigError("recipe needs method.name (nocot, cot, pause, acot or stepwise)")
+        if not recipe.get("model"):
+            raise ConfigError("recipe needs a 'model' section (preset or name)")
+        return recipe
+
+    def configure(self, recipe, output_dir):
+        return make_config(recipe, output_dir)
+
+    def prepare(self, run: Run) -> Mapping[str, Any]:
+        from anchored_reasoning.train.checkpointing import examples_fingerprint
+
+        train, valid = self.train_examples, self.valid_examples
+        if train is None:
+            seed, task_name, data = int(run.recipe.get("seed", 0)), run.recipe.get("task"), dict(run.recipe.get("data") or {})
+            t0 = time.monotonic()
+            train = load_split(data.get("train"), task_name, seed)
+            if not train:
+                raise DataError("recipe data.train produced no examples")
+            valid = load_split(data.get("valid"), task_name, seed + 1, part="valid")
+            logger.info("data: %d train, %d valid examples (%.1fs)", len(train), len(valid), time.monotonic() - t0)
+        elif not train:
+            raise DataError("no training examples")
+        run.state.update(train=list(train), valid=list(valid))
+        return {"_examples": examples_fingerprint(train, valid)}
+
+    def build(self, run: Run) -> None:
+        from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
+        from anchored_reasoning.train.collate import check_anchor_labels, examples_dataset
+        from anchored_reasoning.train.method_setup import anchored_callbacks, anchored_collator, preflight, trained_method
+
+        recipe, config, train = run.recipe, run.config, run.state["train"]
+        task_name, method_cfg = recipe.get("task"), dict(recipe["method"])
+        options = dict(method_cfg.get("options") or {})
+        method = trained_method(method_cfg["name"], options, config.num_anchor_slots)
+        # warnings; a curriculum that cannot fit the run's steps is refused before any model is built
+        preflight(config, method, train, task_name, recipe["model"], options)
+        task = grader_for(task_name) if config.generation_eval else None
+        needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
+        texts = training_texts(train[:5000], method, task_name) if needs_tokenizer else []
+        model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, run.output_dir, int(recipe.get("seed", 0)),
+                                                     run.resume.tokenizer_dir, method.added_tokens,
+                                                     method.added_token_inits)
+        logger.info("model: %.2fM parameters", parameters(model) / 1e6)
+        anchor_check = check_anchor_labels(tokenizer, method, train, task_name)  # an empty anchor fails here
+        collator = anchored_collator(config, tokenizer, method, task_name)
+        run.budget, curriculum = anchored_callbacks(config, collator, method, tokenizer, run.state["valid"], task)
+        run.trainer = AnchoredSFTTrainer(model=model, args=config, train_dataset=examples_dataset(train),
+                                         data_collator=collator, processing_class=tokenizer,
+                                         callbacks=[run.budget, curriculum])
+        run.tokenizer, run.attach = tokenizer, {"curriculum": curriculum}
+        run.state.update(method=method, model=model, collator=collator, curriculum=curriculum, anchor_check=anchor_check)
+
+    def meta(self, run: Run) -> dict[str, Any]:
+        from anchored_reasoning.train.method_setup import checkpoint_meta
+
+        # the format of the stage the weights were saved at
+        return checkpoint_meta(run.state["method"], run.state["curriculum"], run.recipe.get("task"))
+
+    def summary(self, run: Run) -> dict[str, Any]:
+        trainer, curriculum, config = run.trainer, run.state["curriculum"], run.config
+        return {
+            "distributed": trainer.distributed_summary(),
+            "epochs": trainer.state.epoch,
+            "final_stage": curriculum.stage,
+            "stages_planned": curriculum.num_stages if config.curriculum else 1,
+            "optimizer_resets": curriculum.optimizer_resets,
+            "best": curriculum.best,
+            "collator_stats": run.state["collator"].stats,
+            "anchor_labels": run.state["anchor_check"],
+            "examples_fewer_anchors": trainer.examples_fewer_anchors,
+            "examples_no_anchors": trainer.examples_no_anchors,
+            "curriculum_history": curriculum.history,
+            "parameters": parameters(run.state["model"]),
+        }
 
 
 def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
-    from anchored_reasoning.train.checkpointing import check_run_config
-
-    recipe = _check(recipe, overrides)
-    make_config(recipe, Path(recipe.get("output_dir") or "runs/unused"))  # bad training values fail before data work
-    check_run_config(_output_dir(recipe), recipe)  # a rerun with other settings fails before data work
-    seed = int(recipe.get("seed", 0))
-    task_name = recipe.get("task")
-    t0 = time.monotonic()
-    data = dict(recipe.get("data") or {})
-    train_examples = load_split(data.get("train"), task_name, seed)
-    if not train_examples:
-        raise DataError("recipe data.train produced no examples")
-    valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
-    logger.info("data: %d train, %d valid examples (%.1fs)", len(train_examples), len(valid_examples), time.monotonic() - t0)
-    return run_with_examples(recipe, train_examples, valid_examples)
+    return execute(ARPipeline(), recipe, overrides)
 
 
 def run_with_examples(
@@ -201,89 +254,4 @@ def run_with_examples(
     overrides: Sequence[str] = (),
 ) -> Path:
     """Like :func:`run`, with the examples given (the recipe's ``data`` section is ignored)."""
-    from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
-    from anchored_reasoning.train.collate import check_anchor_labels, examples_dataset
-    from anchored_reasoning.train.method_setup import (
-        anchored_callbacks, anchored_collator, checkpoint_meta, preflight, trained_method,
-    )
-
-    recipe = _check(recipe, overrides)
-    if not train_examples:
-        raise DataError("no training examples")
-    seed = int(recipe.get("seed", 0))
-    task_name = recipe.get("task")
-    method_cfg = dict(recipe["method"])
-    output_dir = _output_dir(recipe)
-    config = make_config(recipe, output_dir)
-    plan = checkpointing.plan_resume(output_dir, {**recipe, "_examples": checkpointing.examples_fingerprint(
-        train_examples, valid_examples)}, trainer="ar")
-    if plan.finished:
-        return output_dir
-    options = dict(method_cfg.get("options") or {})
-    method = trained_method(method_cfg["name"], options, config.num_anchor_slots)
-    # warnings; a curriculum that cannot fit the run's steps is refused before any model is built
-    preflight(config, method, train_examples, task_name, recipe["model"], options)
-    task = grader_for(task_name) if config.generation_eval else None
-
-    output_dir.mkdir(parents=True, exist_ok=True)
-    needs_tokenizer = recipe["model"].get("preset") and recipe["model"].get("tokenizer") in (None, "train")
-    texts = training_texts(train_examples[:5000], method, task_name) if needs_tokenizer else []
-    model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, output_dir, seed, plan.tokenizer_dir,
-                                                 method.added_tokens, method.added_token_inits)
-    logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
-    anchor_check = check_anchor_labels(tokenizer, method, train_examples, task_name)  # an empty anchor fails here
-
-    collator = anchored_collator(config, tokenizer, method, task_name)
-    budget, curriculum = anchored_callbacks(config, collator, method, tokenizer, valid_examples, task)
-    trainer = AnchoredSFTTrainer(
-        model=model,
-        args=config,
-        train_dataset=examples_dataset(train_examples),
-        data_collator=collator,
-        processing_class=tokenizer,
-        callbacks=[budget, curriculum],
-    )
-    run_state = checkpointing.attach(trainer, plan, budget=budget, curriculum=curriculum)
-    t_train = time.monotonic()
-    checkpointing.train(trainer, plan)
-    train_seconds = time.monotonic() - t_train
-
-    checkpointing.save_model(trainer, output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(output_dir))
-        meta = checkpoint_meta(method, curriculum, task_name)  # the format of the stage the weights were saved at
-        (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
-        summary = {
-            "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
-            "recipe_source": recipe.get("_source"),
-            "world_size": trainer.accelerator.num_processes,
-            "distributed": trainer.distributed_summary(),
-            "global_steps": trainer.state.global_step,
-            "epochs": trainer.state.epoch,
-            "train_seconds": round(train_seconds, 2),
-            "train_seconds_all_sessions": round(run_state.seconds_spent(), 2),
-            "resumed_from_step": plan.step,
-            "session": plan.session,
-            "stopped_by_time_budget": budget.stopped_early or bool(plan.saved.get("stopped")),
-            "final_stage": curriculum.stage,
-            "stages_planned": curriculum.num_stages if config.curriculum else 1,
-            "optimizer_resets": curriculum.optimizer_resets,
-            "best": curriculum.best,
-            "collator_stats": collator.stats,
-            "anchor_labels": anchor_check,
-            "examples_fewer_anchors": trainer.examples_fewer_anchors,
-            "examples_no_anchors": trainer.examples_no_anchors,
-            "curriculum_history": curriculum.history,
-            "log_history": trainer.state.log_history,
-            "parameters": sum(p.numel() for p in model.parameters()),
-        }
-        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    checkpointing.mark_complete(plan, trainer)
-    trainer.accelerator.wait_for_everyone()
-    logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
-    return output_dir
-
-
-def _output_dir(recipe: Mapping[str, Any]) -> Path:
-    return Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'recipe'))).stem}")
+    return execute(ARPipeline(train_examples, valid_examples), recipe, overrides)

@@ -206,6 +206,19 @@ class CurriculumCallback(TrainerCallback):
     count (``state.max_steps``); ``schedule_epochs`` defaults to ``args.num_train_epochs``.
     """
 
+    @classmethod
+    def from_config(cls, collator, method, config, evaluator: GenerationEvaluator | None = None) -> "CurriculumCallback":
+        """The callback as an :class:`~anchored_reasoning.train.acot_trainer.AnchoredSFTConfig` sets it (its
+        ``curriculum*``, ``*_stage``, ``generation_eval_*``, ``keep_best`` and ``max_train_seconds`` fields)."""
+        return cls(
+            collator, method, curriculum=config.curriculum, schedule=config.curriculum_schedule,
+            epochs_per_stage=config.epochs_per_stage, stage_fraction=config.stage_fraction,
+            num_stages=config.num_stages, schedule_epochs=config.curriculum_epochs,
+            first_stage=config.curriculum_first_stage, min_steps_per_stage=config.curriculum_min_steps_per_stage,
+            reset_optimizer=config.reset_optimizer_on_stage, max_train_seconds=config.max_train_seconds,
+            evaluator=evaluator, eval_every_stage=config.generation_eval_every_stage,
+            eval_steps=config.generation_eval_steps, keep_best=config.keep_best, best_from_stage=config.best_from_stage)
+
     def __init__(
         self,
         collator,

@@ -1,7 +1,8 @@
 """The ``diffusion`` trainer: MDLM / ADLM pretraining on raw text and SFT on reasoning tasks.
 
-Longer than ~400 lines on purpose: the recipe schema, data, model building and the run loop of
-one trainer (the objective and collation live in objectives.py and train/diffusion_data.py).
+Longer than ~400 lines on purpose: the data, model building and run hooks of one trainer (the
+objective and collation live in objectives.py and train/diffusion_data.py, the run skeleton in
+train/pipeline.py).
 
     anchored-reasoning train diffusion_pretrain_tiny_adlm training.max_steps=200
     anchored-reasoning train diffusion_sft_prosqa_adlm data.train.n=2000
@@ -55,49 +56,23 @@ same command resumes from the newest (:mod:`anchored_reasoning.train.checkpointi
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from anchored_reasoning.checkpoints import CHECKPOINT_META
+from anchored_reasoning.checkpoints import CHECKPOINT_META  # noqa: F401 - re-exported
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
+from anchored_reasoning.train.pipeline import Pipeline, Run, execute, parameters
 
 logger = logging.getLogger(__name__)
 
 ARCHS = ("mdlm", "adlm")
 
-_DATA_SPEC = recipes_mod.AR_SCHEMA["data"]["train"]  # {generator, split, n, limit, seed, params, data_dir}
-
-
-def _schema() -> dict[str, Any]:
-    from anchored_reasoning.train.diffusion_trainer import DiffusionSFTConfig
-
-    return {
-        "trainer": None,
-        "extends": None,
-        "description": None,
-        "task": None,
-        "seed": None,
-        "output_dir": None,
-        "model": {"arch": None, "preset": None, "config": None, "name": None, "tokenizer": None,
-                  "tokenizer_vocab_size": None, "dtype": None},
-        "method": {"name": None, "options": None},
-        "data": {
-            "text_file": None, "valid_text_file": None, "seq_len": None, "split_lines": None,
-            "max_train_tokens": None, "ppl_t_samples": None,
-            "train": dict(_DATA_SPEC), "valid": dict(_DATA_SPEC),
-            "max_length": None, "overlong": None, "anchors": None,
-        },
-        "training": {f.name: None for f in dataclasses.fields(DiffusionSFTConfig) if f.init},
-    }
-
-
 def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Load (name / path / dict), apply dotted overrides, validate against the diffusion schema."""
-    return recipes_mod.resolve(recipe, overrides, schema=_schema(), trainer="diffusion")
+    """Load (name / path / dict), apply dotted overrides, build the diffusion recipe's sections and check them."""
+    return recipes_mod.resolve(recipe, overrides, trainer="diffusion")
 
 
 def data_path(value: str) -> Path:
@@ -289,155 +264,160 @@ def sft_rows(examples, method, task_name, tokenizer, max_length: int, overlong: 
 # ---------------------------------------------------------------------------------------------
 # entry point
 
-def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
-    """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
-    from datasets import Dataset
+def sft_method(recipe: Mapping[str, Any], reject_anchored: bool = False):
+    """The trained-style method of an SFT recipe (``method.name`` required)."""
+    from anchored_reasoning.methods import get_method
 
-    from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
+    method_cfg = dict(recipe.get("method") or {})
+    if not method_cfg.get("name"):
+        raise ConfigError("SFT recipes need method.name (nocot, cot, pause or stepwise)")
+    method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
+    if reject_anchored and getattr(method, "anchored", False):
+        raise ConfigError(
+            f"method {method.name!r} puts [ANT] slots in the prompt for an AR anchor loss; diffusion SFT anchors the "
+            "response instead: use method cot (or nocot/pause/stepwise) with training.anchored: true")
+    return method
 
-    recipe = resolve_recipe(recipe, overrides)  # unknown keys fail here, before any work
-    seed = int(recipe.get("seed", 0))
-    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'diffusion'))).stem}")
-    config = make_config(recipe, output_dir)
-    plan = checkpointing.plan_resume(output_dir, recipe, trainer="diffusion")  # a changed recipe fails here
-    if plan.finished:
-        return output_dir
-    mode = config.diffusion_mode
-    model_cfg = dict(recipe.get("model") or {})
-    if not model_cfg:
-        raise ConfigError("recipe needs a 'model' section (arch + preset, or name)")
+
+def sft_examples(recipe: Mapping[str, Any]):
+    """(train, valid) examples of the recipe's ``data.train`` / ``data.valid``."""
+    from anchored_reasoning.train.data_sources import load_split
+
+    data, seed, task_name = dict(recipe.get("data") or {}), int(recipe.get("seed", 0)), recipe.get("task")
+    train = load_split(data.get("train"), task_name, seed)
+    if not train:
+        raise DataError("recipe data.train produced no examples")
+    return train, load_split(data.get("valid"), task_name, seed + 1, part="valid")
+
+
+def rendered_texts(examples, method, task_name) -> list[str]:
+    return [(lambda r: r.prompt + r.target)(method.render(ex, task_name)) for ex in examples[:5000]]
+
+
+def rows_for(run: Run, model, tokenizer, method, train_examples, valid_examples):
+    """(train rows, valid rows, encode stats) of an SFT or pretraining run, checked against the model's positions."""
+    config, recipe, task_name = run.config, run.recipe, run.recipe.get("task")
     data = dict(recipe.get("data") or {})
-    task_name = recipe.get("task")
-    t0 = time.monotonic()
-    output_dir.mkdir(parents=True, exist_ok=True)
-
-    method = None
-    train_examples, valid_examples = [], []
-    if mode == "sft":
-        from anchored_reasoning.methods import get_method
-        from anchored_reasoning.train.data_sources import load_split
-        from anchored_reasoning.train.separator import separator_warning
-
-        method_cfg = dict(recipe.get("method") or {})
-        if not method_cfg.get("name"):
-            raise ConfigError("SFT recipes need method.name (nocot, cot, pause or stepwise)")
-        options = dict(method_cfg.get("options") or {})
-        method = get_method(method_cfg["name"], style="trained", **options)
-        if getattr(method, "anchored", False):
-            raise ConfigError(
-                f"method {method.name!r} puts [ANT] slots in the prompt for an AR anchor loss; diffusion SFT anchors the "
-                "response instead: use method cot (or nocot/pause/stepwise) with training.anchored: true")
-        train_examples = load_split(data.get("train"), task_name, seed)
-        if not train_examples:
-            raise DataError("recipe data.train produced no examples")
-        valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
-        warning = separator_warning(method, model_cfg, options, train_examples, task_name)
-        if warning:
-            logger.warning(warning)
-        texts = [(lambda r: r.prompt + r.target)(method.render(ex, task_name)) for ex in train_examples[:5000]]
-    else:
-        from anchored_reasoning.train.diffusion_data import read_text_documents
-
-        if not data.get("text_file"):
-            raise ConfigError("pretraining (training.diffusion_mode: pretrain) needs data.text_file")
-        texts = read_text_documents(data_path(data["text_file"]), split_lines=True)
-
-    if model_cfg.get("preset"):
-        tokenizer = build_tokenizer(model_cfg, texts, output_dir, plan.tokenizer_dir)
-    else:  # fine-tuning a checkpoint: its own tokenizer unless one is named
-        tok_spec = model_cfg.get("tokenizer") or model_cfg.get("name")
-        if tok_spec == "train":
-            raise ConfigError("model.tokenizer: train only applies to from-scratch models (model.preset)")
-        tokenizer = build_tokenizer({**model_cfg, "tokenizer": tok_spec}, [], output_dir)
-    model = build_model(model_cfg, tokenizer, seed)
     max_positions = int(model.config.max_position_embeddings)
-    n_params = sum(p.numel() for p in model.parameters())
-    logger.info("model: %s, %.2fM parameters", type(model).__name__, n_params / 1e6)
+    if config.diffusion_mode != "sft":
+        train_rows, seq_len = pretrain_rows(recipe, tokenizer, max_positions)
+        return train_rows, [], {"rows": len(train_rows), "seq_len": seq_len}
+    max_length = int(data.get("max_length", max_positions))
+    if max_length > max_positions:
+        raise ConfigError(f"data.max_length={max_length} exceeds the model's max_position_embeddings={max_positions}")
+    anchors = data.get("anchors", "frequency")
+    if anchors not in ("frequency", "task"):
+        raise ConfigError(f"data.anchors={anchors!r}; choose frequency (tau rule) or task (the task's anchor extractor)")
+    anchors = anchors if config.anchored else None
+    overlong = str(data.get("overlong", "error"))
+    train_rows, stats = sft_rows(train_examples, method, task_name, tokenizer, max_length, overlong, anchors, "train")
+    valid_rows = sft_rows(valid_examples, method, task_name, tokenizer, max_length, overlong, anchors, "valid")[0] \
+        if valid_examples else []
+    return train_rows, valid_rows, dataclasses.asdict(stats)
 
-    if mode == "sft":
-        max_length = int(data.get("max_length", max_positions))
-        if max_length > max_positions:
-            raise ConfigError(f"data.max_length={max_length} exceeds the model's max_position_embeddings={max_positions}")
-        anchors = data.get("anchors", "frequency")
-        if anchors not in ("frequency", "task"):
-            raise ConfigError(f"data.anchors={anchors!r}; choose frequency (tau rule) or task (the task's anchor extractor)")
-        anchors = anchors if config.anchored else None
-        overlong = str(data.get("overlong", "error"))
-        train_rows, stats = sft_rows(train_examples, method, task_name, tokenizer, max_length, overlong, anchors, "train")
-        valid_rows = sft_rows(valid_examples, method, task_name, tokenizer, max_length, overlong, anchors, "valid")[0] \
-            if valid_examples else []
-        encode_stats = dataclasses.asdict(stats)
-        if config.response_length:
+
+def saved_meta(run: Run, arch: str) -> dict[str, Any]:
+    """``anchored_reasoning.json`` of a diffusion checkpoint: its method (SFT) or plain text (pretraining)."""
+    method = run.state.get("method")
+    meta = {"backend": "diffusion", "mode": run.config.diffusion_mode, "arch": arch, "task": run.recipe.get("task")}
+    if method is None:
+        return {**meta, "method": "text", "style": "pretrained"}
+    return {**meta, "method": method.name, "method_options": method.options, "style": "trained"}
+
+
+class DiffusionPipeline(Pipeline):
+    """The ``diffusion`` kind's hooks on the run skeleton (:mod:`.pipeline`)."""
+
+    kind = "diffusion"
+
+    def configure(self, recipe, output_dir):
+        return make_config(recipe, output_dir)
+
+    def build(self, run: Run) -> None:
+        from datasets import Dataset
+
+        from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
+
+        recipe, config = run.recipe, run.config
+        model_cfg = dict(recipe.get("model") or {})
+        if not model_cfg:
+            raise ConfigError("recipe needs a 'model' section (arch + preset, or name)")
+        data, task_name = dict(recipe.get("data") or {}), recipe.get("task")
+        t0 = time.monotonic()
+        method, train_examples, valid_examples = None, [], []
+        if config.diffusion_mode == "sft":
+            from anchored_reasoning.train.separator import separator_warning
+
+            method = sft_method(recipe, reject_anchored=True)
+            train_examples, valid_examples = sft_examples(recipe)
+            warning = separator_warning(method, model_cfg, dict(recipe["method"].get("options") or {}), train_examples,
+                                        task_name)
+            if warning:
+                logger.warning(warning)
+            texts = rendered_texts(train_examples, method, task_name)
+        else:
+            from anchored_reasoning.train.diffusion_data import read_text_documents
+
+            if not data.get("text_file"):
+                raise ConfigError("pretraining (training.diffusion_mode: pretrain) needs data.text_file")
+            texts = read_text_documents(data_path(data["text_file"]), split_lines=True)
+
+        if model_cfg.get("preset"):
+            tokenizer = build_tokenizer(model_cfg, texts, run.output_dir, run.resume.tokenizer_dir)
+        else:  # fine-tuning a checkpoint: its own tokenizer unless one is named
+            tok_spec = model_cfg.get("tokenizer") or model_cfg.get("name")
+            if tok_spec == "train":
+                raise ConfigError("model.tokenizer: train only applies to from-scratch models (model.preset)")
+            tokenizer = build_tokenizer({**model_cfg, "tokenizer": tok_spec}, [], run.output_dir)
+        model = build_model(model_cfg, tokenizer, int(recipe.get("seed", 0)))
+        max_positions = int(model.config.max_position_embeddings)
+        logger.info("model: %s, %.2fM parameters", type(model).__name__, parameters(model) / 1e6)
+
+        train_rows, valid_rows, encode_stats = rows_for(run, model, tokenizer, method, train_examples, valid_examples)
+        if config.diffusion_mode == "sft" and config.response_length:
             longest_prompt = max(sum(1 for x in r["labels"] if x == -100) for r in train_rows + valid_rows)
             if longest_prompt + config.response_length > max_positions:
                 raise ConfigError(
                     f"training.response_length={config.response_length} + the longest prompt ({longest_prompt} tokens) "
                     f"exceeds the model's max_position_embeddings={max_positions}; lower response_length")
-    else:
-        train_rows, seq_len = pretrain_rows(recipe, tokenizer, max_positions)
-        valid_rows, encode_stats = [], {"rows": len(train_rows), "seq_len": seq_len}
-    logger.info("data ready in %.1fs: %d train rows, %d valid rows", time.monotonic() - t0, len(train_rows), len(valid_rows))
+        logger.info("data ready in %.1fs: %d train rows, %d valid rows", time.monotonic() - t0, len(train_rows),
+                    len(valid_rows))
+        if config.response_length is not None and config.diffusion_mode != "sft":
+            raise ConfigError("training.response_length applies to SFT (prompt/response rows) only")
+        collator = DiffusionCollator.for_tokenizer(tokenizer, eos_padding=config.eos_padding,
+                                                   response_length=config.response_length, max_length=max_positions)
+        run.trainer = DiffusionSFTTrainer(
+            model=model, args=config, train_dataset=Dataset.from_list(train_rows),
+            eval_dataset=Dataset.from_list(valid_rows) if valid_rows else None,
+            data_collator=collator, processing_class=tokenizer, callbacks=[run.budget])
+        run.tokenizer = tokenizer
+        run.state.update(method=method, model=model, encode_stats=encode_stats)
 
-    if config.response_length is not None and mode != "sft":
-        raise ConfigError("training.response_length applies to SFT (prompt/response rows) only")
-    collator = DiffusionCollator.for_tokenizer(tokenizer, eos_padding=config.eos_padding,
-                                               response_length=config.response_length, max_length=max_positions)
-    budget = TimeBudgetCallback(config.max_train_seconds)
-    trainer = DiffusionSFTTrainer(
-        model=model,
-        args=config,
-        train_dataset=Dataset.from_list(train_rows),
-        eval_dataset=Dataset.from_list(valid_rows) if valid_rows else None,
-        data_collator=collator,
-        processing_class=tokenizer,
-        callbacks=[budget],
-    )
-    run_state = checkpointing.attach(trainer, plan, budget=budget)
-    t_train = time.monotonic()
-    checkpointing.train(trainer, plan)
-    train_seconds = time.monotonic() - t_train
-
-    summary: dict[str, Any] = {
-        "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
-        "recipe_source": recipe.get("_source"),
-        "resumed_from_step": plan.step,
-        "session": plan.session,
-        "train_seconds_all_sessions": round(run_state.seconds_spent(), 2),
-        "mode": mode,
-        "arch": type(model).__name__,
-        "parameters": n_params,
-        "world_size": trainer.accelerator.num_processes,
-        "global_steps": trainer.state.global_step,
-        "train_seconds": round(train_seconds, 2),
-        "stopped_by_time_budget": budget.stopped_early or bool(plan.saved.get("stopped")),
-        "train_tokens": int(trainer._total_train_tokens),
-        "encode_stats": encode_stats,
-    }
-    if mode == "pretrain" and data.get("valid_text_file"):
+    def finish(self, run: Run) -> dict[str, Any]:
+        data = dict(run.recipe.get("data") or {})
+        if run.config.diffusion_mode != "pretrain" or not data.get("valid_text_file"):
+            return {}
         from anchored_reasoning.train.perplexity import evaluate_text_file
 
-        bound = evaluate_text_file(trainer.accelerator.unwrap_model(trainer.model), tokenizer,
-                                   data_path(data["valid_text_file"]), seq_len=int(encode_stats["seq_len"]),
-                                   t_samples=int(data.get("ppl_t_samples", 4)), seed=seed)
-        summary["valid_perplexity_bound"] = bound
+        trainer = run.trainer
+        bound = evaluate_text_file(trainer.accelerator.unwrap_model(trainer.model), run.tokenizer,
+                                   data_path(data["valid_text_file"]), seq_len=int(run.state["encode_stats"]["seq_len"]),
+                                   t_samples=int(data.get("ppl_t_samples", 4)), seed=int(run.recipe.get("seed", 0)))
         logger.info("valid perplexity bound %.2f (NELBO %.4f nats/token)", bound["perplexity"], bound["nelbo"])
+        return {"valid_perplexity_bound": bound}
 
-    checkpointing.save_model(trainer, output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(output_dir))
-        meta = {"backend": "diffusion", "mode": mode, "arch": type(model).__name__.lower(), "task": task_name}
-        if method is not None:
-            meta.update({"method": method.name, "method_options": method.options, "style": "trained"})
-            if config.response_length:
-                meta["gen_length"] = int(config.response_length)  # the window it was trained to fill
-        else:
-            meta.update({"method": "text", "style": "pretrained"})
-        (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
-        summary["log_history"] = trainer.state.log_history
-        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    checkpointing.mark_complete(plan, trainer)
-    trainer.accelerator.wait_for_everyone()
-    logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
-    return output_dir
+    def meta(self, run: Run) -> dict[str, Any]:
+        meta = saved_meta(run, type(run.state["model"]).__name__.lower())
+        if run.state["method"] is not None and run.config.response_length:
+            meta["gen_length"] = int(run.config.response_length)  # the window it was trained to fill
+        return meta
+
+    def summary(self, run: Run) -> dict[str, Any]:
+        return {"mode": run.config.diffusion_mode, "arch": type(run.state["model"]).__name__,
+                "parameters": parameters(run.state["model"]), "train_tokens": int(run.trainer._total_train_tokens),
+                "encode_stats": run.state["encode_stats"]}
+
+
+def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
+    """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
+    return execute(DiffusionPipeline(), recipe, overrides)

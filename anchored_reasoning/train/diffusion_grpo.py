@@ -153,7 +153,7 @@ class DiffusionGRPOTrainer(GRPOTrainer):
 
 
 def build_trainer(plan, callbacks=()) -> tuple[DiffusionGRPOTrainer, Any]:
-    """Load the diffusion checkpoint of a prepared :class:`~.grpo.Plan` and build the trainer on rows
+    """Load the diffusion checkpoint of a prepared ``grpo.Plan`` and build the trainer on rows
     rendered as the AR path renders them."""
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -161,7 +161,7 @@ def build_trainer(plan, callbacks=()) -> tuple[DiffusionGRPOTrainer, Any]:
     from anchored_reasoning.models.zoo import resolve_model
     from anchored_reasoning.sampling.adapters import MaskedDiffusionAdapter, load_masked_diffusion_model
     from anchored_reasoning.sampling.samplers import SamplerConfig, model_info
-    from anchored_reasoning.train.grpo import build_rows
+    from anchored_reasoning.train.grpo_prompts import build_rows
 
     config, recipe = plan.config, plan.recipe
     path = resolve_model(str(recipe["model"]["name"]))

@@ -28,9 +28,7 @@ Checkpoints and resume work as in every trainer (:mod:`.checkpointing`): the tra
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, NoReturn, Sequence
@@ -40,10 +38,13 @@ import torch
 from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
+from anchored_reasoning.train.grpo_prompts import Prompting, build_rows, choose_method
 from anchored_reasoning.train.grpo_trainer import AnchoredGRPOConfig, AnchoredGRPOTrainer, AnchorTable
+from anchored_reasoning.train.pipeline import Pipeline, Run, execute, start
 from anchored_reasoning.types import Example
 
-__all__ = ["AnchoredGRPOConfig", "AnchoredGRPOTrainer", "AnchorTable", "prepare", "build_trainer", "run"]
+__all__ = ["AnchoredGRPOConfig", "AnchoredGRPOTrainer", "AnchorTable", "GRPOPipeline", "Prompting", "build_rows",
+           "choose_method", "prepare", "build_trainer", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,33 +52,10 @@ logger = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------
 # recipe
 
-def _data_spec() -> dict[str, Any]:
-    return dict(recipes_mod.AR_SCHEMA["data"]["train"])
-
-
-def schema(config_cls: type = AnchoredGRPOConfig) -> dict[str, Any]:
-    import dataclasses
-
-    from anchored_reasoning.sampling.samplers import SamplerConfig
-    from anchored_reasoning.train.rewards import REWARDS
-
-    return {
-        "trainer": None, "extends": None, "description": None, "task": None, "seed": None, "output_dir": None,
-        "model": {"name": None, "preset": None, "config": None, "tokenizer": None, "tokenizer_vocab_size": None,
-                  "dtype": None},
-        "method": {"name": None, "options": None},
-        "data": {"train": _data_spec()},  # held-out evaluation is the eval runner's job (anchored-reasoning eval)
-        "rewards": {**{name: None for name in REWARDS}, "tests_timeout_s": None},
-        "sampler": {f.name: None for f in dataclasses.fields(SamplerConfig) if f.name not in ("gen_length", "seed")},
-        "training": {f.name: None for f in dataclasses.fields(config_cls) if f.init},
-    }
-
-
 def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Load, apply dotted overrides and validate (every trainer-config field is known here)."""
-    from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
-
-    return recipes_mod.resolve(recipe, overrides, schema=schema(DiffusionGRPOConfig), trainer="grpo")
+    """Load, apply dotted overrides, build the grpo recipe's sections (every trainer-config field is known
+    here: the diffusion config's are a superset) and check them."""
+    return recipes_mod.resolve(recipe, overrides, trainer="grpo")
 
 
 def make_config(recipe: Mapping[str, Any], output_dir: Path, config_cls: type | None = None):
@@ -141,54 +119,6 @@ def _no_task(model_cfg: Mapping[str, Any]) -> NoReturn:
     raise ConfigError(f"recipe needs 'task': {why}")
 
 
-@dataclass
-class Prompting:
-    """How the policy is prompted: the method object, its style and the checkpoint metadata to carry on."""
-
-    method: Any
-    style: str
-    meta: dict[str, Any] | None
-
-
-def choose_method(recipe: Mapping[str, Any], meta: Mapping[str, Any] | None) -> Prompting:
-    from anchored_reasoning.methods import get_method
-
-    cfg = dict(recipe.get("method") or {})
-    options = dict(cfg.get("options") or {})
-    if meta and meta.get("style", "trained") == "trained" and meta.get("method") not in (None, "text"):
-        if cfg.get("name") and cfg["name"] != meta["method"]:
-            raise ConfigError(f"the checkpoint was trained with method {meta['method']!r} ({CHECKPOINT_META}); "
-                              f"method.name={cfg['name']!r} would prompt it in a format it never saw")
-        method = get_method(meta["method"], style="trained", **{**dict(meta.get("method_options") or {}), **options})
-        return Prompting(method, "trained", dict(meta))
-    if recipe.get("model", {}).get("preset"):  # a from-scratch model (tests): trained style by definition
-        if not cfg.get("name"):
-            raise ConfigError("a model.preset recipe needs method.name")
-        return Prompting(get_method(cfg["name"], style="trained", **options), "trained", None)
-    return Prompting(get_method(cfg.get("name") or "cot", **options), "instruct", None)
-
-
-def build_rows(examples: Sequence[Example], prompting: Prompting, task: Any, tokenizer,
-               anchor_table: AnchorTable | None = None) -> list[dict[str, Any]]:
-    """Dataset rows: ``prompt`` (text, or chat turns for an instruct model with a chat template) and
-    ``example`` (the gold, for the rewards); fills ``anchor_table`` from the rendered anchors."""
-    from anchored_reasoning.train.collate import example_to_row
-
-    chat = prompting.style == "instruct" and getattr(tokenizer, "chat_template", None)
-    rows = []
-    for i, ex in enumerate(examples):
-        if prompting.style == "trained":
-            rendered = prompting.method.render(ex, task)
-            prompt: Any = rendered.prompt
-            if anchor_table is not None:
-                anchor_table.add(rendered.prompt, rendered.anchors, where=f"row {i} (id {ex.id!r})")
-        else:
-            p = prompting.method.prompt(ex, task)
-            prompt = p.messages if chat else p.text
-        rows.append({"prompt": prompt, **example_to_row(ex)})
-    return rows
-
-
 def load_policy(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int,
                 extra_tokens: Sequence[str] = ()):
     """(model, tokenizer) for an AR policy; instruct models keep their vocabulary (vLLM loads them as is).
@@ -234,44 +164,85 @@ class Plan:
         return bool(self.meta and self.meta.get("backend") == "diffusion")
 
 
+class GRPOPipeline(Pipeline):
+    """The ``grpo`` kind's hooks on the run skeleton (:mod:`.pipeline`). The start checkpoint's metadata
+    picks the config class (diffusion or causal LM) and the prompting; every bad key or row fails before
+    any model loads."""
+
+    kind = "grpo"
+
+    def configure(self, recipe, output_dir):
+        self.start = start_meta((recipe.get("model") or {}).get("name"))
+        self.task_name = recipe.get("task") or (self.start or {}).get("task") or _no_task(recipe.get("model") or {})
+        if self.start and self.start.get("backend") == "diffusion":
+            from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+
+            config = make_config(recipe, output_dir, DiffusionGRPOConfig)
+            if config.use_vllm:
+                raise ConfigError("training.use_vllm does not apply to a diffusion model (its samplers generate)")
+        else:
+            if recipe.get("sampler"):
+                raise ConfigError("recipe 'sampler' applies to diffusion checkpoints only; this start model is a causal LM")
+            config = make_config(recipe, output_dir, AnchoredGRPOConfig)  # bad values fail before any data or model work
+        check_generation_backend(config)
+        return config
+
+    def prepare(self, run: Run) -> Mapping[str, Any]:
+        from anchored_reasoning.tasks import get_task
+        from anchored_reasoning.train.checkpointing import examples_fingerprint
+        from anchored_reasoning.train.data_sources import load_split
+        from anchored_reasoning.train.rewards import build_rewards, check_gold
+
+        recipe, config = run.recipe, run.config
+        task = get_task(self.task_name)
+        prompting = choose_method(recipe, self.start)
+        examples = load_split(dict(recipe.get("data") or {}).get("train"), self.task_name, int(recipe.get("seed", 0)))
+        if not examples:
+            raise DataError("recipe data.train produced no examples")
+        check_gold(examples, task)  # an unreadable gold answer fails here, naming the row
+        rewards_cfg = dict(recipe.get("rewards") or {}) or None
+        timeout = rewards_cfg.pop("tests_timeout_s", None) if rewards_cfg else None
+        rewards = build_rewards(rewards_cfg, task, prompting.style, tests_timeout_s=timeout)
+        config.reward_weights = rewards.weights
+        run.state["plan"] = Plan(recipe, config, self.start, task, prompting, list(examples), rewards)
+        return {"_examples": examples_fingerprint(examples)}
+
+    def build(self, run: Run) -> None:
+        plan = run.state["plan"]
+        plan.resume = run.resume
+        run.trainer, run.tokenizer = build_trainer(plan, [run.budget])
+
+    def meta(self, run: Run) -> dict[str, Any] | None:
+        plan, recipe = run.state["plan"], run.recipe
+        if plan.prompting.style != "trained":
+            return None
+        meta = dict(plan.meta or {"style": "trained", "task": recipe.get("task")})  # prompted exactly as trained
+        meta.update({"method": plan.prompting.method.name, "method_options": plan.prompting.method.options,
+                     "grpo": self.facts(run)})
+        meta.setdefault("task", recipe.get("task"))
+        return meta
+
+    def facts(self, run: Run) -> dict[str, Any]:
+        trainer, rewards, model_cfg = run.trainer, run.state["plan"].rewards, run.recipe.get("model", {})
+        return {"start": model_cfg.get("name") or model_cfg.get("preset"), "steps": trainer.state.global_step,
+                "gamma": float(getattr(trainer.args, "gamma", 0.0)),
+                "rewards": dict(zip([f.name for f in rewards.funcs], rewards.weights)),
+                "loss_type": trainer.args.loss_type, "max_completion_length": trainer.args.max_completion_length}
+
+    def summary(self, run: Run) -> dict[str, Any]:
+        plan = run.state["plan"]
+        return {"grpo": self.facts(run), "style": plan.prompting.style, "reward_failures": plan.rewards.failures(),
+                **trainer_facts(run.trainer)}
+
+
 def prepare(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Plan:
     """Resolve the recipe, build the trainer config, read the start checkpoint's metadata, load and
-    gold-check the data, build the rewards. Every bad key or row fails here."""
-    from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.data_sources import load_split
-    from anchored_reasoning.train.rewards import build_rewards, check_gold
-
-    recipe = resolve_recipe(recipe, overrides)
-    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'grpo'))).stem}")
-    meta = start_meta((recipe.get("model") or {}).get("name"))
-    task_name = recipe.get("task") or (meta or {}).get("task") or _no_task(recipe.get("model") or {})
-    if meta and meta.get("backend") == "diffusion":
-        from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
-
-        config = make_config(recipe, output_dir, DiffusionGRPOConfig)
-        if config.use_vllm:
-            raise ConfigError("training.use_vllm does not apply to a diffusion model (its samplers generate)")
-    else:
-        if recipe.get("sampler"):
-            raise ConfigError("recipe 'sampler' applies to diffusion checkpoints only; this start model is a causal LM")
-        config = make_config(recipe, output_dir, AnchoredGRPOConfig)  # bad values fail before any data or model work
-    check_generation_backend(config)
-    task = get_task(task_name)
-    prompting = choose_method(recipe, meta)
-    data = dict(recipe.get("data") or {})
-    examples = load_split(data.get("train"), task_name, int(recipe.get("seed", 0)))
-    if not examples:
-        raise DataError("recipe data.train produced no examples")
-    check_gold(examples, task)  # an unreadable gold answer fails here, naming the row
-    rewards_cfg = dict(recipe.get("rewards") or {}) or None
-    timeout = rewards_cfg.pop("tests_timeout_s", None) if rewards_cfg else None
-    rewards = build_rewards(rewards_cfg, task, prompting.style, tests_timeout_s=timeout)
-    config.reward_weights = rewards.weights
-    # a rerun of the same command resumes; a changed recipe or lost checkpoints fail here, before any loading
-    resume = checkpointing.plan_resume(output_dir, {**recipe, "_examples": checkpointing.examples_fingerprint(examples)},
-                                       trainer="grpo")
-    return Plan(recipe, config, meta, task, prompting, list(examples), rewards, resume)
+    gold-check the data, build the rewards and plan the resume (the skeleton's steps 1-2). Every bad key or
+    row fails here."""
+    run = start(GRPOPipeline(), recipe, overrides)
+    plan = run.state["plan"]
+    plan.resume = run.resume
+    return plan
 
 
 def build_trainer(plan: Plan, callbacks: Sequence[Any] = ()):
@@ -303,51 +274,7 @@ def build_trainer(plan: Plan, callbacks: Sequence[Any] = ()):
 
 def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
-
-    plan = prepare(recipe, overrides)
-    if plan.resume.finished:
-        return Path(plan.config.output_dir)
-    budget = TimeBudgetCallback(plan.config.max_train_seconds)
-    trainer, tokenizer = build_trainer(plan, [budget])
-    return finish(trainer, tokenizer, plan, budget)
-
-
-def finish(trainer, tokenizer, plan: Plan, budget) -> Path:
-    """Train (resuming from the newest good checkpoint, train/checkpointing.py), save weights, tokenizer,
-    metadata and ``train_summary.json``."""
-    from anchored_reasoning.train import checkpointing
-
-    recipe, prompting, rewards = plan.recipe, plan.prompting, plan.rewards
-    output_dir = Path(trainer.args.output_dir)
-    checkpointing.attach(trainer, plan.resume, budget=budget)
-    t0 = time.monotonic()
-    checkpointing.train(trainer, plan.resume)
-    seconds = time.monotonic() - t0
-    checkpointing.save_model(trainer, output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(output_dir))
-        grpo = {"start": recipe.get("model", {}).get("name") or recipe.get("model", {}).get("preset"),
-                "steps": trainer.state.global_step, "gamma": float(getattr(trainer.args, "gamma", 0.0)),
-                "rewards": dict(zip([f.name for f in rewards.funcs], rewards.weights)),
-                "loss_type": trainer.args.loss_type, "max_completion_length": trainer.args.max_completion_length}
-        if prompting.style == "trained":  # the eval runner prompts the result exactly as it was trained
-            meta = dict(prompting.meta or {"style": "trained", "task": recipe.get("task")})
-            meta.update({"method": prompting.method.name, "method_options": prompting.method.options, "grpo": grpo})
-            meta.setdefault("task", recipe.get("task"))
-            (output_dir / CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
-        summary = {
-            "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
-            "recipe_source": recipe.get("_source"), "grpo": grpo, "style": prompting.style,
-            "global_steps": trainer.state.global_step, "train_seconds": round(seconds, 2),
-            "stopped_by_time_budget": budget.stopped_early, "reward_failures": rewards.failures(),
-            "log_history": trainer.state.log_history, **trainer_facts(trainer),
-        }
-        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    checkpointing.mark_complete(plan.resume, trainer)
-    trainer.accelerator.wait_for_everyone()
-    logger.info("saved %s (%d GRPO steps, %.0fs)", output_dir, trainer.state.global_step, seconds)
-    return output_dir
+    return execute(GRPOPipeline(), recipe, overrides)
 
 
 def trainer_facts(trainer) -> dict[str, Any]:

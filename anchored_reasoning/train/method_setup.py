@@ -54,9 +54,23 @@ def trained_method(method: Any, options: Mapping[str, Any] | None = None, num_an
         return method
     from anchored_reasoning.methods import get_method
 
-    if method in SLOT_METHODS and "k" not in options and num_anchor_slots is not None:
-        options["k"] = int(num_anchor_slots)  # training.num_anchor_slots sets k unless the method options do
-    return get_method(method, style="trained", **options)
+    return get_method(method, style="trained", **slot_options(method, options, num_anchor_slots))
+
+
+def slot_options(method: str, options: Mapping[str, Any] | None, num_anchor_slots: int | None,
+                 explicit: bool = False) -> dict[str, Any]:
+    """The one rule for a slot method's ``k``: ``method.options.k`` when given, else ``num_anchor_slots``
+    (``training.num_anchor_slots``, whose default is the config's). ``explicit``: ``num_anchor_slots`` was
+    set by the recipe, so a different ``k`` in the options is refused instead of silently winning."""
+    options = dict(options or {})
+    if method not in SLOT_METHODS or num_anchor_slots is None:
+        return options
+    if "k" not in options:
+        options["k"] = int(num_anchor_slots)
+    elif explicit and options["k"] != num_anchor_slots:
+        raise ConfigError(f"recipe sets {method}'s slot count twice: method.options.k={options['k']!r} and "
+                          f"training.num_anchor_slots={num_anchor_slots!r}; keep one (method.options.k)")
+    return options
 
 
 def prepare_for_method(model: Any, tokenizer: Any, added_tokens: Sequence[str] = (),
@@ -125,25 +139,7 @@ def anchored_callbacks(config: Any, collator: Any, method: Any, tokenizer: Any =
             batch_size=config.generation_batch_size,
             out_dir=Path(config.output_dir) / "validation",
         )
-    curriculum = CurriculumCallback(
-        collator,
-        method,
-        curriculum=config.curriculum,
-        schedule=config.curriculum_schedule,
-        epochs_per_stage=config.epochs_per_stage,
-        stage_fraction=config.stage_fraction,
-        num_stages=config.num_stages,
-        schedule_epochs=config.curriculum_epochs,
-        first_stage=config.curriculum_first_stage,
-        min_steps_per_stage=config.curriculum_min_steps_per_stage,
-        reset_optimizer=config.reset_optimizer_on_stage,
-        max_train_seconds=config.max_train_seconds,
-        evaluator=evaluator,
-        eval_every_stage=config.generation_eval_every_stage,
-        eval_steps=config.generation_eval_steps,
-        keep_best=config.keep_best,
-        best_from_stage=config.best_from_stage,
-    )
+    curriculum = CurriculumCallback.from_config(collator, method, config, evaluator)
     return TimeBudgetCallback(config.max_train_seconds), curriculum
 
 

@@ -1,6 +1,6 @@
 """Recipe values: the type and range of every recipe key, checked before any data or model loads.
 
-:func:`check_values` walks a recipe whose keys :func:`~anchored_reasoning.train.recipes.validate` has
+:func:`check_values` walks a recipe whose keys :func:`~anchored_reasoning.train.recipe_sections.build` has
 accepted and refuses the first value of the wrong type or out of range with a :class:`ConfigError`
 that names the key, the value and what the key accepts::
 
@@ -9,7 +9,7 @@ that names the key, the value and what the key accepts::
 
 Where the specs come from:
 
-* ``training``: the trainer's config dataclass (:data:`TRAINING_CONFIGS`), read with
+* ``training``: the trainer's config dataclass (``recipe_sections.TRAINING_CONFIGS``), read with
   :func:`typing.get_type_hints`, so a field that TRL or transformers add or retype is checked as the
   library declares it; an Enum in a field's type (``lr_scheduler_type``, ``optim``, ``eval_strategy``)
   gives its choices. :data:`TRAINING_RANGES` adds the ranges a type cannot say.
@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.train import TRAINERS
+from anchored_reasoning.train.recipe_sections import TRAINING_CONFIGS
 from anchored_reasoning.train.value_spec import (
     Value,
     choice,
@@ -43,16 +44,6 @@ from anchored_reasoning.train.value_spec import (
     text,
     value_error,
 )
-
-#: The config dataclass whose fields a trainer's ``training`` section holds (GRPO: the diffusion
-#: subclass, whose fields are a superset of :class:`AnchoredGRPOConfig`'s).
-TRAINING_CONFIGS: dict[str, str] = {
-    "ar": "anchored_reasoning.train.acot_trainer:AnchoredSFTConfig",
-    "diffusion": "anchored_reasoning.train.diffusion_trainer:DiffusionSFTConfig",
-    "tadm": "anchored_reasoning.train.tadm:TADMTrainingConfig",
-    "grpo": "anchored_reasoning.train.diffusion_grpo:DiffusionGRPOConfig",
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class Many:
@@ -182,7 +173,7 @@ def _presets(trainer: str) -> tuple[str, ...]:
     if trainer in ("diffusion", "tadm"):
         from anchored_reasoning.models import PRESETS
     else:
-        from anchored_reasoning.train.ar import MODEL_PRESETS as PRESETS
+        from anchored_reasoning.train.model_presets import MODEL_PRESETS as PRESETS
     return tuple(PRESETS)
 
 
@@ -300,11 +291,10 @@ def _check_method(recipe: Mapping[str, Any], trainer: str) -> None:
     if trainer == "grpo" or not cfg.get("name"):
         return
     from anchored_reasoning.methods import get_method
+    from anchored_reasoning.train.method_setup import slot_options
 
-    options = dict(cfg.get("options") or {})
-    slots = (recipe.get("training") or {}).get("num_anchor_slots")
-    if trainer == "ar" and cfg["name"] in ("acot", "pause") and "k" not in options and slots is not None:
-        options["k"] = slots  # as ar.run_with_examples does: training.num_anchor_slots sets k
+    slots = (recipe.get("training") or {}).get("num_anchor_slots") if trainer == "ar" else None
+    options = slot_options(cfg["name"], cfg.get("options"), slots, explicit=True)  # the one rule for k
     try:
         get_method(cfg["name"], style="trained", **options)
     except (ConfigError, TypeError, ValueError) as exc:

@@ -21,8 +21,6 @@ what it accepts), before any data or model loads.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -31,44 +29,6 @@ import yaml
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.resources import search_dirs
-
-#: One ``data.<part>`` section, or one source of its ``mix`` (train/data_sources.py).
-DATA_SECTION: dict[str, Any] = {
-    "generator": None, "split": None, "n": None, "limit": None, "seed": None, "params": None, "data_dir": None,
-    "holdout": None, "trace": None, "exclude_split": None, "name": None, "mix": "data_sources",
-}
-
-#: The schema of the ``ar`` trainer's recipe. A dict value lists the allowed sub-keys;
-#: ``None`` means "any value"; ``"training"`` is checked against AnchoredSFTConfig's fields,
-#: ``method.options`` against the method's constructor (by get_method).
-AR_SCHEMA: dict[str, Any] = {
-    "trainer": None,
-    "extends": None,
-    "description": None,
-    "task": None,
-    "seed": None,
-    "output_dir": None,
-    "model": {
-        "preset": None,  # a from-scratch config preset (see ar.MODEL_PRESETS)
-        "name": None,  # a checkpoint path, Hub id or model-zoo alias
-        "config": None,  # overrides of the preset's config fields
-        "tokenizer": None,  # "train" (BPE on the training text), or a path / Hub id / alias
-        "tokenizer_vocab_size": None,
-        "dtype": None,
-        "revision": None,  # a Hub revision (commit, tag, branch) for ``name``; ignored for a local directory
-    },
-    "method": {"name": None, "options": None},
-    "data": {
-        # holdout: N -- the last N examples of the split are the validation set (data.valid) and
-        # are left out of training (data.train), for tasks without a validation split (GSM8K).
-        # trace: forward (as given) | backward (generators/traces.py: ProntoQA proofs read from the goal back)
-        # mix: a list of such sections, concatenated; exclude_split: drop questions of that split (data_sources.py)
-        "train": DATA_SECTION,
-        "valid": DATA_SECTION,
-    },
-    "training": "training",
-}
-
 
 def find_recipe(name_or_path: str | os.PathLike) -> Path:
     """A recipe path: an existing file, or ``NAME`` / ``NAME.yaml`` in the recipe folders
@@ -160,61 +120,27 @@ def apply_overrides(recipe: Mapping[str, Any], overrides: Iterable[str]) -> dict
     return out
 
 
-def _unknown(key: str, where: str, known: Iterable[str]) -> ConfigError:
-    known = sorted(known)
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return ConfigError(f"unknown recipe key {where + key!r}{hint} (known here: {', '.join(known)})")
+def validate(recipe: Mapping[str, Any], trainer: str = "ar") -> Any:
+    """Build ``trainer``'s recipe sections (:mod:`.recipe_sections`) from ``recipe``: the first unknown key
+    raises a ConfigError naming its dotted path and a close match. Keys starting with ``_`` are internal."""
+    from anchored_reasoning.train.recipe_sections import build, recipe_class
+
+    return build(recipe_class(trainer), recipe)
 
 
-def training_fields() -> set[str]:
-    from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig
+def _kinds() -> tuple[str, ...]:
+    from anchored_reasoning.train.recipe_sections import RECIPES
 
-    return {f.name for f in dataclasses.fields(AnchoredSFTConfig) if f.init}
-
-
-def validate(recipe: Mapping[str, Any], schema: Mapping[str, Any] = AR_SCHEMA, where: str = "") -> None:
-    """Raise ConfigError naming the first unknown key (dotted path). Keys starting with ``_`` are internal."""
-    for key, value in recipe.items():
-        if str(key).startswith("_"):
-            continue
-        if key not in schema:
-            raise _unknown(str(key), where, [k for k in schema if not str(k).startswith("_")])
-        sub = schema[key]
-        if sub is None:
-            continue
-        if sub == "training":
-            if value is None:
-                continue
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"recipe key {where + key!r} must be a mapping of training settings")
-            fields = training_fields()
-            for tkey in value:
-                if tkey not in fields:
-                    raise _unknown(str(tkey), f"{where}{key}.", fields)
-            continue
-        if value is None:
-            continue
-        if sub == "data_sources":
-            if not isinstance(value, list) or not value:
-                raise ConfigError(f"recipe key {where + key!r} must be a non-empty list of data sources")
-            for i, source in enumerate(value):
-                if not isinstance(source, Mapping):
-                    raise ConfigError(f"recipe key {where}{key}[{i}] must be a mapping, got {type(source).__name__}")
-                validate(source, DATA_SECTION, f"{where}{key}[{i}].")
-            continue
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"recipe key {where + key!r} must be a mapping, got {type(value).__name__}")
-        validate(value, sub, f"{where}{key}.")
+    return tuple(RECIPES)
 
 
 def resolve(
     name_or_path: str | os.PathLike | Mapping[str, Any],
     overrides: Iterable[str] = (),
-    schema: Mapping[str, Any] = AR_SCHEMA,
     trainer: str | None = None,
 ) -> dict[str, Any]:
-    """Load (if a name/path), apply overrides, validate the keys against ``schema`` and every value's type
+    """Load (if a name/path), apply overrides, build the trainer's recipe sections (an unknown key fails,
+    :func:`validate`) and check every value's type
     and range (:func:`~anchored_reasoning.train.recipe_values.check_values`). Returns the final recipe dict,
     with number strings such as YAML 1.1's ``1e-3`` made numbers.
 
@@ -225,9 +151,10 @@ def resolve(
 
     recipe = load_recipe(name_or_path) if not isinstance(name_or_path, Mapping) else dict(name_or_path)
     recipe = apply_overrides(recipe, list(overrides))
-    validate(recipe, schema)
+    kind = trainer or recipe.get("trainer") or "ar"
+    validate(recipe, kind if kind in _kinds() else "ar")
     if trainer is not None and recipe.get("trainer", trainer) != trainer:
         raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the {trainer!r} trainer")
-    recipe = check_values(recipe, trainer or recipe.get("trainer") or "ar")  # before anything is looked up
+    recipe = check_values(recipe, kind)  # before anything is looked up
     check_model_reference((recipe.get("model") or {}).get("name"))  # a missing path or mistyped alias fails here
     return recipe

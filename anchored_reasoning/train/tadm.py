@@ -36,8 +36,6 @@ resuming by rerunning the command work as in the other trainers (:mod:`anchored_
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -49,6 +47,7 @@ import torch
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import diffusion as dtrain
 from anchored_reasoning.train import recipes as recipes_mod
+from anchored_reasoning.train.pipeline import Pipeline, Run, execute, parameters
 from anchored_reasoning.train.diffusion_trainer import IGNORE_INDEX, DiffusionSFTConfig, DiffusionSFTTrainer
 
 logger = logging.getLogger(__name__)
@@ -129,17 +128,9 @@ class TADMTrainer(DiffusionSFTTrainer):
 # ---------------------------------------------------------------------------------------------
 # recipe
 
-def _schema() -> dict[str, Any]:
-    schema = dtrain._schema()
-    schema["model"] = {**schema["model"], "base": None, "shared_layers": None, "anchor_layers": None, "fusion_size": None}
-    schema["data"] = {**schema["data"], "ppl_refresh_every": None, "ppl_max_blocks": None}
-    schema["training"] = {f.name: None for f in dataclasses.fields(TADMTrainingConfig) if f.init}
-    return schema
-
-
 def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Load (name / path / dict), apply dotted overrides, validate against the tadm schema."""
-    return recipes_mod.resolve(recipe, overrides, schema=_schema(), trainer="tadm")
+    """Load (name / path / dict), apply dotted overrides, build the tadm recipe's sections and check them."""
+    return recipes_mod.resolve(recipe, overrides, trainer="tadm")
 
 
 def make_config(recipe: Mapping[str, Any], output_dir: Path) -> TADMTrainingConfig:
@@ -207,146 +198,101 @@ def build_model(model_cfg: Mapping[str, Any], tokenizer, seed: int, objective: s
     return model
 
 
+class TADMPipeline(Pipeline):
+    """The ``tadm`` kind's hooks on the run skeleton (:mod:`.pipeline`)."""
+
+    kind = "tadm"
+
+    def configure(self, recipe, output_dir):
+        config = make_config(recipe, output_dir)
+        refresh = [int(k) for k in ((recipe.get("data") or {}).get("ppl_refresh_every") or [1])]
+        if min(refresh) < 1:
+            raise ConfigError(f"data.ppl_refresh_every={refresh} must hold integers >= 1")
+        return config
+
+    def build(self, run: Run) -> None:
+        from datasets import Dataset
+
+        from anchored_reasoning.train.diffusion_trainer import DiffusionCollator
+
+        recipe, config = run.recipe, run.config
+        model_cfg, data, task_name = dict(recipe.get("model") or {}), dict(recipe.get("data") or {}), recipe.get("task")
+        t0 = time.monotonic()
+        method, train_examples, valid_examples, texts = None, [], [], []
+        if config.diffusion_mode == "sft":
+            method = dtrain.sft_method(recipe)
+            train_examples, valid_examples = dtrain.sft_examples(recipe)
+            texts = dtrain.rendered_texts(train_examples, method, task_name)
+        elif model_cfg.get("preset"):
+            from anchored_reasoning.train.diffusion_data import read_text_documents
+
+            if not data.get("text_file"):
+                raise ConfigError("pretraining (training.diffusion_mode: pretrain) needs data.text_file")
+            texts = read_text_documents(dtrain.data_path(data["text_file"]), split_lines=True)
+
+        if model_cfg.get("preset"):
+            tokenizer = dtrain.build_tokenizer(model_cfg, texts, run.output_dir, run.resume.tokenizer_dir)
+        else:
+            tok_spec = model_cfg.get("tokenizer") or model_cfg.get("base") or model_cfg.get("name")
+            if tok_spec == "train":
+                raise ConfigError("model.tokenizer: train only applies to from-scratch models (model.preset)")
+            tokenizer = dtrain.build_tokenizer({**model_cfg, "tokenizer": tok_spec}, [], run.output_dir)
+        model = build_model(model_cfg, tokenizer, int(recipe.get("seed", 0)), config.tadm_objective)
+        max_positions = int(model.config.max_position_embeddings)
+        n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        logger.info("TADM: %.2fM parameters, %d trainable (%s)", parameters(model) / 1e6, n_trainable,
+                    config.tadm_objective)
+        train_rows, valid_rows, encode_stats = dtrain.rows_for(run, model, tokenizer, method, train_examples,
+                                                               valid_examples)
+        logger.info("data ready in %.1fs: %d train rows", time.monotonic() - t0, len(train_rows))
+        run.trainer = TADMTrainer(
+            model=model, args=config, train_dataset=Dataset.from_list(train_rows),
+            eval_dataset=Dataset.from_list(valid_rows) if valid_rows else None,
+            # SFT: the fixed response window (training.response_length) the base model was fine-tuned on
+            data_collator=DiffusionCollator.for_tokenizer(
+                tokenizer, eos_padding=config.eos_padding, max_length=max_positions,
+                response_length=config.response_length if config.diffusion_mode == "sft" else None),
+            processing_class=tokenizer, callbacks=[run.budget],
+        )
+        run.tokenizer = tokenizer
+        run.state.update(method=method, encode_stats=encode_stats, n_trainable=n_trainable,
+                         frozen_before=model.backbone_state_dict() if config.tadm_objective == "posttrain" else None)
+
+    def finish(self, run: Run) -> dict[str, Any]:
+        config, data = run.config, dict(run.recipe.get("data") or {})
+        model = run.state["model"] = run.trainer.accelerator.unwrap_model(run.trainer.model)
+        frozen_before = run.state["frozen_before"]
+        if frozen_before is not None:
+            after = model.backbone_state_dict()
+            changed = [k for k, v in frozen_before.items() if not torch.equal(v.to(after[k].device), after[k])]
+            if changed:
+                raise RuntimeError(f"post-training changed frozen backbone weights {changed[:5]}; only fusion.* may train")
+        if config.diffusion_mode != "pretrain" or not data.get("valid_text_file"):
+            return {}
+        bounds = {
+            f"K={k}": valid_stale_ppl(model, run.tokenizer, dtrain.data_path(data["valid_text_file"]),
+                                      int(run.state["encode_stats"]["seq_len"]), k, config.stale_sampling_steps,
+                                      int(data.get("ppl_t_samples", 4)), int(run.recipe.get("seed", 0)),
+                                      data.get("ppl_max_blocks"))
+            for k in [int(k) for k in (data.get("ppl_refresh_every") or [1])]}
+        logger.info("valid perplexity bound per K: %s", {k: round(v["perplexity"], 2) for k, v in bounds.items()})
+        return {"valid_perplexity_bound": bounds}
+
+    def meta(self, run: Run) -> dict[str, Any]:
+        return {**dtrain.saved_meta(run, "tadm"), "objective": run.config.tadm_objective}
+
+    def summary(self, run: Run) -> dict[str, Any]:
+        model = run.state["model"]
+        return {"mode": run.config.diffusion_mode, "objective": run.config.tadm_objective, "arch": "TADM",
+                "layers": {"shared": model.config.shared_layers, "anchor": model.config.num_hidden_layers,
+                           "denoiser": model.config.num_denoiser_layers},
+                "parameters": parameters(model), "trainable_parameters": run.state["n_trainable"],
+                "train_tokens": int(run.trainer._total_train_tokens), "encode_stats": run.state["encode_stats"]}
+
+
 def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
     """Train from a recipe (dict, name or path) with dotted overrides. Returns the checkpoint folder."""
-    from datasets import Dataset
-
-    from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator
-
-    recipe = resolve_recipe(recipe, overrides)  # unknown keys fail here, before any work
-    seed = int(recipe.get("seed", 0))
-    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', 'tadm'))).stem}")
-    config = make_config(recipe, output_dir)
-    plan = checkpointing.plan_resume(output_dir, recipe, trainer="tadm")  # a changed recipe fails here
-    if plan.finished:
-        return output_dir
-    model_cfg = dict(recipe.get("model") or {})
-    data = dict(recipe.get("data") or {})
-    task_name = recipe.get("task")
-    refresh_list = [int(k) for k in (data.get("ppl_refresh_every") or [1])]
-    if min(refresh_list) < 1:
-        raise ConfigError(f"data.ppl_refresh_every={refresh_list} must hold integers >= 1")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-
-    method = None
-    train_examples, valid_examples, texts = [], [], []
-    if config.diffusion_mode == "sft":
-        from anchored_reasoning.methods import get_method
-        from anchored_reasoning.train.data_sources import load_split
-
-        method_cfg = dict(recipe.get("method") or {})
-        if not method_cfg.get("name"):
-            raise ConfigError("SFT recipes need method.name (nocot, cot, pause or stepwise)")
-        method = get_method(method_cfg["name"], style="trained", **dict(method_cfg.get("options") or {}))
-        train_examples = load_split(data.get("train"), task_name, seed)
-        if not train_examples:
-            raise DataError("recipe data.train produced no examples")
-        valid_examples = load_split(data.get("valid"), task_name, seed + 1, part="valid")
-        texts = [(lambda r: r.prompt + r.target)(method.render(ex, task_name)) for ex in train_examples[:5000]]
-    elif model_cfg.get("preset"):
-        from anchored_reasoning.train.diffusion_data import read_text_documents
-
-        if not data.get("text_file"):
-            raise ConfigError("pretraining (training.diffusion_mode: pretrain) needs data.text_file")
-        texts = read_text_documents(dtrain.data_path(data["text_file"]), split_lines=True)
-
-    if model_cfg.get("preset"):
-        tokenizer = dtrain.build_tokenizer(model_cfg, texts, output_dir, plan.tokenizer_dir)
-    else:
-        tok_spec = model_cfg.get("tokenizer") or model_cfg.get("base") or model_cfg.get("name")
-        if tok_spec == "train":
-            raise ConfigError("model.tokenizer: train only applies to from-scratch models (model.preset)")
-        tokenizer = dtrain.build_tokenizer({**model_cfg, "tokenizer": tok_spec}, [], output_dir)
-    model = build_model(model_cfg, tokenizer, seed, config.tadm_objective)
-    max_positions = int(model.config.max_position_embeddings)
-    n_params = sum(p.numel() for p in model.parameters())
-    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    logger.info("TADM: %.2fM parameters, %d trainable (%s)", n_params / 1e6, n_trainable, config.tadm_objective)
-
-    if config.diffusion_mode == "sft":
-        max_length = int(data.get("max_length", max_positions))
-        if max_length > max_positions:
-            raise ConfigError(f"data.max_length={max_length} exceeds the model's max_position_embeddings={max_positions}")
-        anchors = data.get("anchors", "frequency") if config.anchored else None
-        overlong = str(data.get("overlong", "error"))
-        train_rows, stats = dtrain.sft_rows(train_examples, method, task_name, tokenizer, max_length, overlong, anchors, "train")
-        valid_rows = dtrain.sft_rows(valid_examples, method, task_name, tokenizer, max_length, overlong, anchors,
-                                     "valid")[0] if valid_examples else []
-        encode_stats = dataclasses.asdict(stats)
-    else:
-        train_rows, seq_len = dtrain.pretrain_rows(recipe, tokenizer, max_positions)
-        valid_rows, encode_stats = [], {"rows": len(train_rows), "seq_len": seq_len}
-    logger.info("data ready in %.1fs: %d train rows", time.monotonic() - t0, len(train_rows))
-
-    frozen_before = model.backbone_state_dict() if config.tadm_objective == "posttrain" else None
-    budget = TimeBudgetCallback(config.max_train_seconds)
-    trainer = TADMTrainer(
-        model=model, args=config, train_dataset=Dataset.from_list(train_rows),
-        eval_dataset=Dataset.from_list(valid_rows) if valid_rows else None,
-        # SFT: the fixed response window (training.response_length) the base model was fine-tuned on
-        data_collator=DiffusionCollator.for_tokenizer(
-            tokenizer, eos_padding=config.eos_padding, max_length=max_positions,
-            response_length=config.response_length if config.diffusion_mode == "sft" else None),
-        processing_class=tokenizer, callbacks=[budget],
-    )
-    run_state = checkpointing.attach(trainer, plan, budget=budget)
-    t_train = time.monotonic()
-    checkpointing.train(trainer, plan)
-    train_seconds = time.monotonic() - t_train
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if frozen_before is not None:
-        after = model.backbone_state_dict()
-        changed = [k for k, v in frozen_before.items() if not torch.equal(v.to(after[k].device), after[k])]
-        if changed:
-            raise RuntimeError(f"post-training changed frozen backbone weights {changed[:5]}; only fusion.* may train")
-
-    summary: dict[str, Any] = {
-        "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
-        "recipe_source": recipe.get("_source"),
-        "mode": config.diffusion_mode,
-        "objective": config.tadm_objective,
-        "arch": "TADM",
-        "layers": {"shared": model.config.shared_layers, "anchor": model.config.num_hidden_layers,
-                   "denoiser": model.config.num_denoiser_layers},
-        "parameters": n_params,
-        "trainable_parameters": n_trainable,
-        "global_steps": trainer.state.global_step,
-        "train_seconds": round(train_seconds, 2),
-        "train_seconds_all_sessions": round(run_state.seconds_spent(), 2),
-        "resumed_from_step": plan.step,
-        "session": plan.session,
-        "stopped_by_time_budget": budget.stopped_early or bool(plan.saved.get("stopped")),
-        "train_tokens": int(trainer._total_train_tokens),
-        "encode_stats": encode_stats,
-    }
-    if config.diffusion_mode == "pretrain" and data.get("valid_text_file"):
-        summary["valid_perplexity_bound"] = {
-            f"K={k}": valid_stale_ppl(model, tokenizer, dtrain.data_path(data["valid_text_file"]),
-                                      int(encode_stats["seq_len"]), k, config.stale_sampling_steps,
-                                      int(data.get("ppl_t_samples", 4)), seed, data.get("ppl_max_blocks"))
-            for k in refresh_list}
-        logger.info("valid perplexity bound per K: %s",
-                    {k: round(v["perplexity"], 2) for k, v in summary["valid_perplexity_bound"].items()})
-
-    checkpointing.save_model(trainer, output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(output_dir))
-        meta = {"backend": "diffusion", "mode": config.diffusion_mode, "arch": "tadm", "task": task_name,
-                "objective": config.tadm_objective}
-        if method is not None:
-            meta.update({"method": method.name, "method_options": method.options, "style": "trained"})
-        else:
-            meta.update({"method": "text", "style": "pretrained"})
-        (output_dir / dtrain.CHECKPOINT_META).write_text(json.dumps(meta, indent=2) + "\n")
-        summary["log_history"] = trainer.state.log_history
-        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    checkpointing.mark_complete(plan, trainer)
-    trainer.accelerator.wait_for_everyone()
-    logger.info("saved %s (%d steps, %.0fs)", output_dir, trainer.state.global_step, train_seconds)
-    return output_dir
+    return execute(TADMPipeline(), recipe, overrides)
 
 
 def text_blocks(tokenizer, path: Path, seq_len: int, limit: int | None = None) -> torch.Tensor:
