@@ -148,3 +148,17 @@ def test_tiny_recipe_trains_two_steps_through_the_cli_and_evaluates(tmp_path, ca
     [[completion]] = backend.generate([Prompt(ex.question)], SamplingSpec(max_new_tokens=16))
     assert completion.meta["nfe"] == 8 and completion.meta["anchor_refreshes"] == 2 * 2  # 2 canvases, ceil(4/3)
     assert completion.meta["fusion_calls"] == 8 and completion.meta["anchor_refresh_every"] == 3
+
+
+def test_benchmark_task_and_its_canvas_scores():
+    from benchmarks.tadm_gemma import FIRST_WORD, canvas_scores, task_rows
+
+    rows = task_rows(6, words=10, canvas=5, seed=0)
+    ctx = torch.tensor([r["context"] for r in rows])
+    gold = torch.tensor([r["canvas"] for r in rows])
+    valid, follow = canvas_scores(ctx, gold, 10)
+    assert valid == [1.0] * 6 and follow == [1.0] * 6  # every gold canvas follows its one step
+    start = FIRST_WORD + 3
+    mixed = torch.tensor([[FIRST_WORD + 4, FIRST_WORD + 5, FIRST_WORD + 7, FIRST_WORD + 9, FIRST_WORD + 1]])  # s=1 twice, then s=2
+    valid, follow = canvas_scores(torch.tensor([[FIRST_WORD - 1, start]]), mixed, 10)
+    assert valid == [0.0] and follow == [2 / 5]
