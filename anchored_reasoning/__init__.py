@@ -27,16 +27,16 @@ __version__ = "0.1.0"
 #: Public name -> the module it lives in, imported when the name is first used.
 _LAZY: dict[str, str] = {
     # trainers and their configs (TRL subclasses)
-    "AnchoredSFTConfig": "anchored_reasoning.train.acot_trainer",
-    "AnchoredSFTTrainer": "anchored_reasoning.train.acot_trainer",
-    "DiffusionSFTConfig": "anchored_reasoning.train.diffusion_trainer",
-    "DiffusionSFTTrainer": "anchored_reasoning.train.diffusion_trainer",
-    "TADMTrainingConfig": "anchored_reasoning.train.tadm",
-    "TADMTrainer": "anchored_reasoning.train.tadm",
-    "AnchoredGRPOConfig": "anchored_reasoning.train.grpo_trainer",
-    "AnchoredGRPOTrainer": "anchored_reasoning.train.grpo_trainer",
-    "DiffusionGRPOConfig": "anchored_reasoning.train.diffusion_grpo",
-    "DiffusionGRPOTrainer": "anchored_reasoning.train.diffusion_grpo",
+    "AnchoredSFTConfig": "anchored_reasoning.train.trainers.acot_trainer",
+    "AnchoredSFTTrainer": "anchored_reasoning.train.trainers.acot_trainer",
+    "DiffusionSFTConfig": "anchored_reasoning.train.trainers.diffusion_trainer",
+    "DiffusionSFTTrainer": "anchored_reasoning.train.trainers.diffusion_trainer",
+    "TADMTrainingConfig": "anchored_reasoning.train.trainers.tadm_trainer",
+    "TADMTrainer": "anchored_reasoning.train.trainers.tadm_trainer",
+    "AnchoredGRPOConfig": "anchored_reasoning.train.trainers.grpo_trainer",
+    "AnchoredGRPOTrainer": "anchored_reasoning.train.trainers.grpo_trainer",
+    "DiffusionGRPOConfig": "anchored_reasoning.train.trainers.diffusion_grpo",
+    "DiffusionGRPOTrainer": "anchored_reasoning.train.trainers.diffusion_grpo",
     # tasks, data, methods, backends
     "Task": "anchored_reasoning.tasks",
     "get_task": "anchored_reasoning.tasks",

@@ -162,7 +162,7 @@ def shared_tokenizer(train: list, out: Path, methods: list[str]) -> Path:
     """One tokenizer for every method, trained on every method's rendered text."""
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.methods.anchored import add_special_tokens
-    from anchored_reasoning.train.ar import build_tokenizer_from_texts, training_texts
+    from anchored_reasoning.train.pipelines.ar import build_tokenizer_from_texts, training_texts
 
     path = out / "tokenizer"
     if (path / "tokenizer.json").is_file():
@@ -233,8 +233,8 @@ def train_method(name: str, train: list, settings: DemoSettings, tokenizer: Path
                  status: MethodStatus | None = None) -> dict[str, Any]:
     """Train one method (or reuse its finished checkpoint). With ``status`` (a worker beside others) there
     is no bar: the status file says when training began and where its log is."""
-    from anchored_reasoning.train import ar
-    from anchored_reasoning.train.progress import TRAIN_LOG_JSONL, run_log
+    from anchored_reasoning.train.pipelines import ar
+    from anchored_reasoning.train.callbacks.progress import TRAIN_LOG_JSONL, run_log
 
     ckpt = out / name / "model"
     done = ckpt / "train_summary.json"
@@ -413,7 +413,7 @@ def run_demo(settings: DemoSettings, out: Path) -> dict[str, Any]:
                          "(wrong option as deep as the answer), equal shares")
                          + ("" if settings.trace == "forward" else f"; reasoning written as the {settings.trace} trace"),
             "model": (f"{settings.backbone} fine-tuned" if settings.backbone
-                      else f"{settings.preset} from scratch (see anchored_reasoning.train.ar.MODEL_PRESETS)"),
+                      else f"{settings.preset} from scratch (see anchored_reasoning.train.pipelines.ar.MODEL_PRESETS)"),
             "train_seconds_per_method": round(train_seconds, 1),
             "held_out": len(held),
             "real_prosqa_test_examples": len(real),

@@ -128,9 +128,9 @@ def step_time(args) -> dict[str, Any]:
 
     from anchored_reasoning.generators.prosqa import generate_dataset
     from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
-    from anchored_reasoning.train.ar import build_model_and_tokenizer, training_texts
-    from anchored_reasoning.train.collate import AnchoredCollator, examples_dataset
+    from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
+    from anchored_reasoning.train.pipelines.ar import build_model_and_tokenizer, training_texts
+    from anchored_reasoning.train.data.collate import AnchoredCollator, examples_dataset
 
     examples = generate_dataset(args.batch_size, seed=999, split="bench-steptime")
     method = get_method("acot", style="trained", k=6)  # 6 [ANT] slots with anchors, full CoT target
@@ -296,7 +296,7 @@ def main(argv=None) -> int:
 def _prontoqa_tokenizer(train: list, work: Path, args) -> Path:
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.methods.anchored import add_special_tokens
-    from anchored_reasoning.train.ar import build_tokenizer_from_texts, training_texts
+    from anchored_reasoning.train.pipelines.ar import build_tokenizer_from_texts, training_texts
 
     path = work / "tokenizer"
     if (path / "tokenizer.json").is_file():

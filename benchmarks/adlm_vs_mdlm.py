@@ -118,7 +118,7 @@ def build(arch: str, tok: Any, args: argparse.Namespace, seed: int, max_len: int
 
 
 def make_args(out_dir: Path, seed: int, max_steps: int, *, anchored: bool, mode: str, args: argparse.Namespace, lr: float, batch: int):
-    from anchored_reasoning.train.diffusion_trainer import DiffusionSFTConfig
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionSFTConfig
 
     return DiffusionSFTConfig(
         output_dir=str(out_dir), seed=seed, data_seed=seed, max_steps=max_steps, per_device_train_batch_size=batch,
@@ -141,8 +141,8 @@ def ppl_data(args: argparse.Namespace, work: Path) -> tuple[Any, Any, Any, int, 
 
     from anchored_reasoning.methods.anchored import add_special_tokens
     from anchored_reasoning.tokenization import train_tiny_tokenizer
-    from anchored_reasoning.train.diffusion import data_path
-    from anchored_reasoning.train.diffusion_data import pack_token_blocks, packed_rows, read_text_documents, tokenize_documents
+    from anchored_reasoning.train.pipelines.diffusion import data_path
+    from anchored_reasoning.train.data.diffusion_data import pack_token_blocks, packed_rows, read_text_documents, tokenize_documents
 
     train_path, test_path = data_path(args.train_file), data_path(args.test_file)
     tok = train_tiny_tokenizer(work / "tokenizer", texts=read_text_documents(train_path, split_lines=True), vocab_size=args.vocab)
@@ -183,7 +183,7 @@ def eval_callback(model: Any, at: list[int], test_x: Any, t_samples: int):
 
 
 def part_ppl(args: argparse.Namespace, work: Path, result: dict[str, Any], out: Path) -> Any:
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
 
     tok, rows, test_x, n_train_tokens, n_blocks = ppl_data(args, work)
     mdlm_probe, adlm_probe = build("mdlm", tok, args, 0, args.seq_len), build("adlm", tok, args, 0, args.seq_len)
@@ -256,8 +256,8 @@ def part_sft(args: argparse.Namespace, work: Path, result: dict[str, Any], out: 
     from anchored_reasoning.backends.diffusion import DiffusionBackend
     from anchored_reasoning.eval.runner import run_eval
     from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.data_sources import generate_examples
-    from anchored_reasoning.train.diffusion import run as train_run
+    from anchored_reasoning.train.data.data_sources import generate_examples
+    from anchored_reasoning.train.pipelines.diffusion import run as train_run
 
     params = {"num_nodes": args.sft_nodes, "min_hops": 1, "max_hops": 2, "neg_depth": "any"}  # as the recipe pins
     heldout = generate_examples("prosqa", args.sft_eval_n, 10_000, params, split="heldout")
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--layers must be >= 2 (ADLM's denoiser has half the depth)")
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("transformers", "datasets", "anchored_reasoning.train.diffusion_data"):
+    for noisy in ("transformers", "datasets", "anchored_reasoning.train.data.diffusion_data"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import tempfile
 

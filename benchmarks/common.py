@@ -119,7 +119,7 @@ def run_one(task: str, method: str, seed: int, train: list, test: list, tokenize
     then grade it greedily on ``test`` through the evaluation runner; the per-seed entry of acot_vs_cot.json
     (``_correct``: per-problem correctness, for pairing). Also prontoqa_mirror's fine-tune and evaluation."""
     from anchored_reasoning import demo
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     run_dir = Path(args.work) / task / method / f"seed{seed}"
     ckpt = run_dir / "model"
@@ -285,7 +285,7 @@ def timed_pass(model, tok, method, examples, out_dir: Path, *, gen_length: int, 
 def logic_rows(tok, n: int, seed: int, window: int) -> list[tuple[list[int], list[int]]]:
     """(facts + newline ids, derivation + EOS padded to ``window``) for ``n`` small ProsQA documents."""
     from anchored_reasoning import generators
-    from anchored_reasoning.train.logic_text import document, encode
+    from anchored_reasoning.train.data.logic_text import document, encode
 
     rows = []
     for ex in generators.generate_dataset("prosqa", n, seed=seed, split=f"stale{seed}", num_nodes=7, min_hops=1, max_hops=2,

@@ -129,7 +129,7 @@ def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops:
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import chain_summary
     from anchored_reasoning.eval.runner import load_records
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     name, options, curriculum = METHODS[label]
     run_dir = Path(args.work) / label / f"seed{seed}"

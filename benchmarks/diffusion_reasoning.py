@@ -74,8 +74,8 @@ def train_seed(args) -> dict[str, Path]:
     from anchored_reasoning.generators.prosqa import ladder_size
     from anchored_reasoning.models.ar_init import build_start
     from anchored_reasoning.models.zoo import resolve_model
-    from anchored_reasoning.train import diffusion as dtrain
-    from anchored_reasoning.train import tadm as ttrain
+    from anchored_reasoning.train.pipelines import diffusion as dtrain
+    from anchored_reasoning.train.pipelines import tadm as ttrain
 
     work = Path(args.workdir) / f"seed{args.seed}"
     size = "{" + ", ".join(f"{k}: {v}" for k, v in ladder_size(args.hops).items()) + "}"

@@ -12,7 +12,7 @@ part does not stop the others):
   (random init: the GPU machine may not reach the Hub) with a tokenizer trained here on the examples;
 * ``diffusion_step``: one bf16 forward + backward of the ADLM objective and one sampler call of an
   ADLM (anchor network + denoiser) on CUDA;
-* ``grpo_vllm``: one GRPO step with ``training.use_vllm=true`` (colocate), when train/grpo.py and
+* ``grpo_vllm``: one GRPO step with ``training.use_vllm=true`` (colocate), when train/pipelines/grpo.py and
   vLLM are both there.
 
 Without CUDA every CUDA part is skipped with that reason; ``--dry-run`` runs the ACoT and diffusion
@@ -130,8 +130,8 @@ def part_acot_step(args) -> dict:
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.methods.anchored import add_special_tokens
     from anchored_reasoning.testing import train_tiny_tokenizer
-    from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
-    from anchored_reasoning.train.collate import AnchoredCollator, examples_dataset
+    from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
+    from anchored_reasoning.train.data.collate import AnchoredCollator, examples_dataset
 
     examples = acot_examples(16)
     work = Path(tempfile.mkdtemp(prefix="gpu-check-acot-"))
@@ -202,8 +202,8 @@ def part_diffusion_step(args) -> dict:
 def part_grpo_vllm(args) -> dict:
     import torch
 
-    if not have("anchored_reasoning.train.grpo"):
-        raise Skip("anchored_reasoning/train/grpo.py is not in this checkout yet")
+    if not have("anchored_reasoning.train.pipelines.grpo"):
+        raise Skip("anchored_reasoning/train/pipelines/grpo.py is not in this checkout yet")
     if args.dry_run:
         raise Skip("dry run: GRPO's vLLM generation needs a CUDA GPU and a vLLM engine")
     if not torch.cuda.is_available():

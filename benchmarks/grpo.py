@@ -75,8 +75,8 @@ def write(out: Path, result: dict[str, Any]) -> None:
 
 def tiny_sft(work: Path, diffusion: bool = False) -> Path:
     """Tiny SFT checkpoints (seconds) for --smoke runs: never evidence, only plumbing."""
-    from anchored_reasoning.train import ar
-    from anchored_reasoning.train import diffusion as dtrain
+    from anchored_reasoning.train.pipelines import ar
+    from anchored_reasoning.train.pipelines import diffusion as dtrain
 
     out = work / ("dsft" if diffusion else "sft")
     if (out / "anchored_reasoning.json").is_file():
@@ -88,7 +88,7 @@ def tiny_sft(work: Path, diffusion: bool = False) -> Path:
 
 def cost_start(work: Path) -> Path:
     """A logic-gpt2 ACoT (k = 6) ProsQA checkpoint after one SFT step (its cost is that of a good one)."""
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     out = work / "sft_cost"
     if (out / "anchored_reasoning.json").is_file():
@@ -103,7 +103,7 @@ def measure_cost(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from trl import GRPOTrainer
 
-    from anchored_reasoning.train import grpo
+    from anchored_reasoning.train.pipelines import grpo
 
     work = Path(args.work)
     sft = Path(args.sft) if args.sft else (tiny_sft(work) if args.smoke else cost_start(work))
@@ -176,7 +176,7 @@ def evaluate(ckpt: Path, out: Path, args: argparse.Namespace) -> Path:
         backend = get_backend("hf", str(ckpt), batch_size=32)
     examples = None
     if args.eval_generator is not None:  # held-out problems from the task's generator (seed 999, not a training seed)
-        from anchored_reasoning.train.data_sources import generate_examples
+        from anchored_reasoning.train.data.data_sources import generate_examples
 
         examples = generate_examples(meta.get("task"), args.eval_limit, 999, json.loads(args.eval_generator),
                                      split="heldout")
@@ -187,7 +187,7 @@ def evaluate(ckpt: Path, out: Path, args: argparse.Namespace) -> Path:
 
 
 def grpo_run(recipe: str, start: Path, out: Path, seed: int, overrides: list[str]) -> Path:
-    from anchored_reasoning.train import grpo
+    from anchored_reasoning.train.pipelines import grpo
 
     # Always through the trainer (train/checkpointing.py): a finished run with this recipe returns at once,
     # a killed one resumes from its newest checkpoint, one with other settings is refused with the differing keys.

@@ -50,7 +50,7 @@ def over_seeds(entries: list[dict[str, Any]], per_problem: dict[str, float]) -> 
 
 
 def train_sources(hops: int, train_hops: list[int], train_n: int, standard: int = 0) -> list[dict[str, Any]]:
-    """The training set as a recipe's ``data.train.mix`` (train/data_sources.py): ``train_n - standard``
+    """The training set as a recipe's ``data.train.mix`` (train/data/data_sources.py): ``train_n - standard``
     mirrored problems split evenly over ``train_hops`` (seed 100), then ``standard`` of the published
     construction at ``hops`` (seed 101; the real test's questions excluded). ``train/prontoqa_real_cpu.yaml``
     holds the same list. Each source is named as before mixes existed (ids ``mtrain-*`` at ``hops``,
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.generators.prontoqa import generate_dataset
     from anchored_reasoning.machine import machine_info
-    from anchored_reasoning.train.data_sources import load_split
+    from anchored_reasoning.train.data.data_sources import load_split
 
     size = {"hops": args.hops, "mirror_distractor": True}
     train_hops = sorted(set(args.train_hops or [args.hops]))

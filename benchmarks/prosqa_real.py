@@ -256,7 +256,7 @@ def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, 
     from anchored_reasoning.eval.probes import accuracy_by, binding_probe_examples, hops_of, probe_summary
     from anchored_reasoning.eval.runner import load_records
     from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train.data_sources import load_split
+    from anchored_reasoning.train.data.data_sources import load_split
 
     config = json.loads((run / "run_config.json").read_text())
     recipe = config["recipe"]

@@ -225,7 +225,7 @@ def build_models(args, workdir: Path):
 
     from anchored_reasoning.models.diffusion_gemma import load_diffusion_gemma, make_tiny_diffusion_gemma
     from anchored_reasoning.models.tadm_gemma import AnchorFusion, TADMDiffusionGemma, load_fusion
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
+    from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.tadm_gemma import TADMGemmaConfig, TADMGemmaTrainer
     from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator
 

@@ -86,8 +86,8 @@ CHANCE = 0.5  # ProsQA asks "<A> or <B>?"
 
 
 def train_models(args) -> tuple[Path, Path]:
-    from anchored_reasoning.train import diffusion as dtrain
-    from anchored_reasoning.train import tadm as ttrain
+    from anchored_reasoning.train.pipelines import diffusion as dtrain
+    from anchored_reasoning.train.pipelines import tadm as ttrain
 
     work = Path(args.workdir)
     adlm_dir, tadm_dir = work / "adlm", work / "tadm"
@@ -108,7 +108,7 @@ def train_models(args) -> tuple[Path, Path]:
 
 def pretrain_tadm(args) -> Path:
     """A TADM trained from scratch with T-ANELBO, as deep in total as the ADLM (``--pretrain-steps``)."""
-    from anchored_reasoning.train import tadm as ttrain
+    from anchored_reasoning.train.pipelines import tadm as ttrain
 
     out = Path(args.workdir) / "tadm_pretrained"
     if not (out / "config.json").is_file():
@@ -178,8 +178,8 @@ def round_robin_seconds(runs: dict[str, tuple], prompt, cfg, repeats: int) -> di
 def train_prosqa_models(args, train_n: int) -> tuple[Path, Path]:
     """SFT an ADLM on small generated ProsQA, then post-train a TADM from it (reused when present)."""
     from anchored_reasoning.demo import DEMO_SIZE
-    from anchored_reasoning.train import diffusion as dtrain
-    from anchored_reasoning.train import tadm as ttrain
+    from anchored_reasoning.train.pipelines import diffusion as dtrain
+    from anchored_reasoning.train.pipelines import tadm as ttrain
 
     work = Path(args.workdir)
     tag = f"s{args.prosqa_seed}_n{train_n}_sft{args.prosqa_sft_steps}" + \
@@ -462,8 +462,8 @@ def wikitext_phase(args, command: str) -> dict:
 
     from anchored_reasoning.objectives_tadm import stale_perplexity_bound
     from anchored_reasoning.sampling import SamplerConfig
-    from anchored_reasoning.train.diffusion import data_path
-    from anchored_reasoning.train.tadm import text_blocks
+    from anchored_reasoning.train.pipelines.diffusion import data_path
+    from anchored_reasoning.train.pipelines.tadm import text_blocks
 
     t_start = time.monotonic()
     adlm_dir, tadm_dir = train_models(args)

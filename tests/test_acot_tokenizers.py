@@ -13,7 +13,7 @@ from anchored_reasoning.errors import DataError
 from anchored_reasoning.methods import get_method
 from anchored_reasoning.methods.anchored import ANT, add_special_tokens
 from anchored_reasoning.resources import builtin_dir
-from anchored_reasoning.train.collate import (
+from anchored_reasoning.train.data.collate import (
     IGNORE,
     AnchoredCollator,
     anchor_label_ids,

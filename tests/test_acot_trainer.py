@@ -9,15 +9,15 @@ import torch
 from anchored_reasoning.errors import DataError
 from anchored_reasoning.methods import Rendered, get_method
 from anchored_reasoning.methods.anchored import ANT, add_special_tokens
-from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
-from anchored_reasoning.train.collate import (
+from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
+from anchored_reasoning.train.data.collate import (
     IGNORE,
     AnchoredCollator,
     anchor_label_ids,
     examples_dataset,
     tokenize_rendered,
 )
-from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, planned_steps
+from anchored_reasoning.train.callbacks.curriculum import CurriculumCallback, GenerationEvaluator, planned_steps
 from anchored_reasoning.types import Example
 
 torch.set_num_threads(1)
@@ -401,7 +401,7 @@ def test_every_parameter_trains(tiny, tmp_path, arch):
 
 def test_a_slot_method_that_keeps_every_step_is_warned_about():
     from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.ar import steps_kept_warning
+    from anchored_reasoning.train.pipelines.ar import steps_kept_warning
 
     pause = get_method("pause", style="trained", k=6)
     assert "keeps every reasoning step" in steps_kept_warning(pause, curriculum=False)
@@ -419,8 +419,8 @@ def test_a_backbone_pretrained_on_space_joined_steps_is_named_when_the_method_jo
     from anchored_reasoning.generators.prosqa import generate_dataset
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.models.zoo import LOGIC_SEARCH_DIR
-    from anchored_reasoning.train.separator import backbone_step_separator, separator_warning
-    from anchored_reasoning.train.logic_text import STEP_SEPARATOR, qa_document
+    from anchored_reasoning.train.data.separator import backbone_step_separator, separator_warning
+    from anchored_reasoning.train.data.logic_text import STEP_SEPARATOR, qa_document
 
     examples = generate_dataset(5, seed=0, min_hops=3, max_hops=3)
     assert backbone_step_separator("logic-gpt2-search") == STEP_SEPARATOR == " "

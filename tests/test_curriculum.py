@@ -8,7 +8,7 @@ import pytest
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.methods import get_method
 from anchored_reasoning.train import recipes
-from anchored_reasoning.train.curriculum import curriculum_plan_for, plan_curriculum
+from anchored_reasoning.train.callbacks.curriculum import curriculum_plan_for, plan_curriculum
 
 
 def prosqa_acot_stages() -> int:
@@ -60,7 +60,7 @@ def test_stages_that_do_not_fit_the_schedule_are_refused():
 
 
 def test_a_recipe_whose_curriculum_cannot_fit_is_refused_before_any_model_is_built(tmp_path, monkeypatch):
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     def boom(*a, **k):  # pragma: no cover - reaching it is the failure
         raise AssertionError("the model was built before the curriculum was checked")
@@ -77,7 +77,7 @@ PAPER = {"prosqa": 17886, "prontoqa": 9000, "gsm8k": 7473 - 500}
 def test_paper_recipes_walk_the_papers_schedule(name):
     """Each paper recipe, on its data size: Coconut's effective batch 128, and stages that switch
     every 5 epochs (logic) or 3 epochs (GSM8K) of a 50 / 25-epoch run."""
-    from anchored_reasoning.train.ar import make_config
+    from anchored_reasoning.train.pipelines.ar import make_config
 
     recipe = recipes.resolve(name)
     assert recipe["model"]["name"] == "openai-community/gpt2" and len(recipe["model"]["revision"]) == 40

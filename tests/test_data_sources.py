@@ -8,7 +8,7 @@ import pytest
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.generators.prontoqa import generate_dataset, generate_rows
 from anchored_reasoning.train import recipes
-from anchored_reasoning.train.data_sources import load_split
+from anchored_reasoning.train.data.data_sources import load_split
 from benchmarks import prontoqa_mirror as mirror
 
 

@@ -166,8 +166,8 @@ def test_prosqa_sft_then_runner_end_to_end(tmp_path):
     """A tiny ADLM fine-tuned (ANELBO) on generated ProsQA, evaluated through the runner, resumed."""
     from anchored_reasoning.backends import get_backend
     from anchored_reasoning.eval.runner import build_method, load_records, run_eval
-    from anchored_reasoning.train.data_sources import generate_examples
-    from anchored_reasoning.train.diffusion import run
+    from anchored_reasoning.train.data.data_sources import generate_examples
+    from anchored_reasoning.train.pipelines.diffusion import run
 
     ckpt = run("diffusion_tiny_test", [f"output_dir={tmp_path / 'ckpt'}", "training.max_steps=20",
                                        "data.train.n=128", "training.per_device_train_batch_size=16",

@@ -141,9 +141,9 @@ def test_diffusion_sft_on_a_space_joined_backbone_warns_of_newline_steps(tmp_pat
     import json
     import logging
 
-    from anchored_reasoning.train.logic_text import STEP_SEPARATOR
-    from anchored_reasoning.train.diffusion import run
-    from anchored_reasoning.train.separator import backbone_step_separator
+    from anchored_reasoning.train.data.logic_text import STEP_SEPARATOR
+    from anchored_reasoning.train.pipelines.diffusion import run
+    from anchored_reasoning.train.data.separator import backbone_step_separator
 
     monkeypatch.setenv("ANCHORED_REASONING_CACHE", str(tmp_path / "cache"))
     for alias in ("logic-mdlm", "logic-adlm", "logic-mdlm-shift"):
@@ -154,11 +154,11 @@ def test_diffusion_sft_on_a_space_joined_backbone_warns_of_newline_steps(tmp_pat
     base = ["model.name=logic-mdlm", "model.tokenizer=logic-mdlm", "model.preset=null", "model.config=null",
             "data.train.params.min_hops=3", "data.train.params.max_hops=3", "data.train.n=8", "data.valid=null",
             "training.max_steps=1", "training.per_device_train_batch_size=4"]
-    with caplog.at_level(logging.WARNING, logger="anchored_reasoning.train.diffusion"):
+    with caplog.at_level(logging.WARNING, logger="anchored_reasoning.train.pipelines.diffusion"):
         run("diffusion_sft_prosqa_mdlm", [f"output_dir={tmp_path / 'newline'}", *base])
     warned = [r.getMessage() for r in caplog.records if "step_separator" in r.getMessage()]
     assert len(warned) == 1 and "'logic-mdlm'" in warned[0] and "step_separator to ' '" in warned[0]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="anchored_reasoning.train.diffusion"):
+    with caplog.at_level(logging.WARNING, logger="anchored_reasoning.train.pipelines.diffusion"):
         run("diffusion_sft_prosqa_mdlm", [f"output_dir={tmp_path / 'space'}", *base, 'method.options={step_separator: " "}'])
     assert not [r for r in caplog.records if "step_separator" in r.getMessage()]

@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train import grpo
-from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOTrainer
+from anchored_reasoning.train.pipelines import grpo
+from anchored_reasoning.train.trainers.diffusion_grpo import DiffusionGRPOTrainer
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
 def dsft(tmp_path_factory) -> Path:
-    from anchored_reasoning.train import diffusion
+    from anchored_reasoning.train.pipelines import diffusion
 
     return diffusion.run("diffusion_tiny_test", [f"output_dir={tmp_path_factory.mktemp('dsft')}"])
 
@@ -140,7 +140,7 @@ def test_mdlm_and_tadm_checkpoints_train_too(dsft, tmp_path, arch):
 
     from anchored_reasoning.models import TADM
     from anchored_reasoning.sampling.adapters import load_masked_diffusion_model
-    from anchored_reasoning.train import diffusion
+    from anchored_reasoning.train.pipelines import diffusion
 
     if arch == "mdlm":
         start = diffusion.run("diffusion_tiny_test", [f"output_dir={tmp_path / 'mdlm'}", "model.arch=mdlm",

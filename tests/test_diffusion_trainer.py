@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.train.diffusion_data import (
+from anchored_reasoning.train.data.diffusion_data import (
     IGNORE_INDEX,
     anchor_mask_from_strings,
     encode_prompt_response,
@@ -49,7 +49,7 @@ def sft_rows(tok, n=24):
 def make_trainer(tok, model, rows, tmp_path, **cfg):
     from datasets import Dataset
 
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
 
     args = DiffusionSFTConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, learning_rate=3e-3,
                               logging_steps=1, save_strategy="no", disable_tqdm=True, use_cpu=True,
@@ -110,7 +110,7 @@ def test_pack_blocks_keep_or_drop_last():
 
 
 def test_collator_eos_padding_is_supervised(tok):
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionCollator
 
     rows = [{"input_ids": [5, 6, 7, 2], "labels": [-100, 6, 7, 2]}, {"input_ids": [5, 6], "labels": [-100, 6]}]
     eos = DiffusionCollator(pad_token_id=0, eos_token_id=2, eos_padding=True)(rows)
@@ -166,7 +166,7 @@ def test_anchored_needs_adlm_and_logs_anchor_loss(tok, tmp_path):
 
 
 def test_gamma_zero_loss_is_the_denoiser_nelbo(tok, tmp_path):
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionCollator
 
     model = tiny_model(tok, "adlm")
     trainer = make_trainer(tok, model, sft_rows(tok), tmp_path, anchored=False)
@@ -179,7 +179,7 @@ def test_gamma_zero_loss_is_the_denoiser_nelbo(tok, tmp_path):
 
 def test_pretraining_nelbo_decreases(tok, tmp_path):
     from anchored_reasoning.objectives import perplexity_bound
-    from anchored_reasoning.train.diffusion_data import packed_rows, tokenize_documents
+    from anchored_reasoning.train.data.diffusion_data import packed_rows, tokenize_documents
 
     text = [f"Question {i}: what is {i} plus one? The answer is {i + 1}." for i in range(40)]
     blocks = pack_token_blocks(tokenize_documents(tok, text), 32, keep_last=False)
@@ -194,7 +194,7 @@ def test_pretraining_nelbo_decreases(tok, tmp_path):
 
 
 def test_config_validation():
-    from anchored_reasoning.train.diffusion_trainer import DiffusionSFTConfig
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionSFTConfig
 
     with pytest.raises(ConfigError, match="diffusion_mode"):
         DiffusionSFTConfig(output_dir="/tmp/x", diffusion_mode="ar")
@@ -208,7 +208,7 @@ def test_config_validation():
 
 # ----------------------------------------------------------------------------- recipes / run
 def test_recipe_unknown_key_fails_before_work(tmp_path):
-    from anchored_reasoning.train.diffusion import run
+    from anchored_reasoning.train.pipelines.diffusion import run
 
     with pytest.raises(ConfigError, match=r"training\.learnig_rate"):
         run("diffusion_tiny_test", [f"output_dir={tmp_path}", "training.learnig_rate=1"])
@@ -218,7 +218,7 @@ def test_recipe_unknown_key_fails_before_work(tmp_path):
 
 
 def test_bf16_guard_on_cpu(tmp_path):
-    from anchored_reasoning.train.diffusion import make_config
+    from anchored_reasoning.train.pipelines.diffusion import make_config
 
     if torch.cuda.is_available():
         pytest.skip("the guard is about machines without CUDA")
@@ -228,14 +228,14 @@ def test_bf16_guard_on_cpu(tmp_path):
 
 
 def test_response_length_must_fit_the_context(tmp_path):
-    from anchored_reasoning.train.diffusion import run
+    from anchored_reasoning.train.pipelines.diffusion import run
 
     with pytest.raises(ConfigError, match="response_length=190"):
         run("diffusion_tiny_test", [f"output_dir={tmp_path}", "training.response_length=190"])
 
 
 def test_acot_method_rejected_for_diffusion(tmp_path):
-    from anchored_reasoning.train.diffusion import run
+    from anchored_reasoning.train.pipelines.diffusion import run
 
     with pytest.raises(ConfigError, match="anchors the response"):
         run("diffusion_tiny_test", [f"output_dir={tmp_path}", "method.name=acot"])
@@ -244,7 +244,7 @@ def test_acot_method_rejected_for_diffusion(tmp_path):
 def test_tiny_recipe_trains_saves_and_reloads(tmp_path):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from anchored_reasoning.train.diffusion import run
+    from anchored_reasoning.train.pipelines.diffusion import run
 
     out = run("diffusion_tiny_test", [f"output_dir={tmp_path / 'ckpt'}"])
     meta = json.loads((out / "anchored_reasoning.json").read_text())
@@ -260,7 +260,7 @@ def test_tiny_recipe_trains_saves_and_reloads(tmp_path):
 
 
 def test_pretrain_recipe_on_a_text_file(tmp_path):
-    from anchored_reasoning.train.diffusion import run
+    from anchored_reasoning.train.pipelines.diffusion import run
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"Line {i}: the quick brown fox jumps over {i} lazy dogs." for i in range(80)))
@@ -279,7 +279,7 @@ def test_pretrain_recipe_on_a_text_file(tmp_path):
 
 
 def test_resize_vocab_keeps_adlm_denoiser_input(tok):
-    from anchored_reasoning.train.diffusion import resize_vocab
+    from anchored_reasoning.train.pipelines.diffusion import resize_vocab
 
     model = tiny_model(tok, "adlm").eval()
     x = torch.tensor([[5, 6, 7, tok.mask_token_id]])

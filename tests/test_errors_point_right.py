@@ -157,14 +157,14 @@ def test_checkpoint_kind_from_config_without_metadata(tmp_path):
 # -- training -------------------------------------------------------------------------------------
 
 def test_train_with_a_mistyped_alias_fails_before_data_loads(in_tmp, monkeypatch, capsys):
-    from anchored_reasoning.train import data_sources
+    from anchored_reasoning.train.data import data_sources
 
     def refuse(*args, **kwargs):
         raise AssertionError("data loaded before the model name was checked")
     monkeypatch.setattr(data_sources, "load_split", refuse)
     rc = main(["train", "tiny_test", "model.name=logic-gpt3", "model.preset=null", "model.tokenizer=null"])
     assert rc == 1 and "unknown model alias 'logic-gpt3'; did you mean 'logic-gpt2'" in capsys.readouterr().err
-    from anchored_reasoning.train import grpo
+    from anchored_reasoning.train.pipelines import grpo
 
     with pytest.raises(ConfigError, match="runs/ has no 'prosqa_logic_cpu'"):  # its SFT start not trained yet
         grpo.resolve_recipe(ROOT / "train" / "grpo_prosqa_logic_cpu.yaml")
@@ -175,7 +175,7 @@ def test_train_with_a_mistyped_alias_fails_before_data_loads(in_tmp, monkeypatch
     ("model.name=null", "model.name is not set; give the start checkpoint"),
 ])
 def test_grpo_without_its_start_checkpoint_says_so(in_tmp, override, says):
-    from anchored_reasoning.train import grpo
+    from anchored_reasoning.train.pipelines import grpo
 
     with pytest.raises(ConfigError, match=f"recipe needs 'task': {says}"):
         grpo.prepare("grpo_tiny_test", [override, f"output_dir={in_tmp / 'out'}"])

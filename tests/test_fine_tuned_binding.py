@@ -24,7 +24,7 @@ def fine_tune_and_probe(method: str, settings, steps: int, tmp_path, max_new_tok
     import torch
 
     from anchored_reasoning.eval.probes import binding_probe_examples, hops_of
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     torch.set_num_threads(1)
     train, held = demo.make_data(settings)

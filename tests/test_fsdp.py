@@ -94,7 +94,7 @@ def test_fsdp_plugin_comes_back_only_for_a_cpu_group_that_asked(monkeypatch):
     from accelerate.utils import DistributedType
 
     from anchored_reasoning.errors import ConfigError
-    from anchored_reasoning.train.acot_trainer import _fsdp_plugin_for_cpu
+    from anchored_reasoning.train.trainers.acot_trainer import _fsdp_plugin_for_cpu
 
     monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
     args = {"fsdp_version": 2, "state_dict_type": "FULL_STATE_DICT"}

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.train import grpo
-from anchored_reasoning.train.collate import IGNORE
+from anchored_reasoning.train.pipelines import grpo
+from anchored_reasoning.train.data.collate import IGNORE
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def sft(tmp_path_factory) -> Path:
     """A tiny ACoT checkpoint (k=2 [ANT] slots) trained by the ``ar`` trainer in about a second."""
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     out = tmp_path_factory.mktemp("sft")
     return ar.run("tiny_test", [f"output_dir={out}", "training.generation_eval=false", "training.curriculum=false"])
@@ -158,7 +158,7 @@ def test_bad_recipes_fail_before_any_model_work(sft, tmp_path):
 def test_a_gold_answer_that_does_not_parse_fails_at_load(sft, tmp_path, monkeypatch):
     import dataclasses
 
-    from anchored_reasoning.train import data_sources
+    from anchored_reasoning.train.data import data_sources
 
     real = data_sources.load_split
 
@@ -175,7 +175,7 @@ def test_a_gold_answer_that_does_not_parse_fails_at_load(sft, tmp_path, monkeypa
 def test_every_grpo_recipe_validates():
     recipes = sorted((ROOT / "train").glob("grpo_*.yaml"))
     assert {"grpo_gsm8k_smollm2", "grpo_gsm8k_qwen25", "grpo_prosqa_logic_cpu"} <= {p.stem for p in recipes}
-    from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+    from anchored_reasoning.train.trainers.diffusion_grpo import DiffusionGRPOConfig
 
     for path in recipes:
         recipe = grpo.resolve_recipe(path)
@@ -193,7 +193,7 @@ def test_a_policy_from_a_preset_gets_the_method_s_own_tokens(tmp_path):
     """``load_policy(extra_tokens=method.added_tokens)``: a GRPO policy built from scratch writes the one-token
     back-up marker as one token, as the supervised trainer's does."""
     from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.grpo import load_policy
+    from anchored_reasoning.train.pipelines.grpo import load_policy
 
     method = get_method("anchor_chain", style="trained", revisits=True, mark_backups=True, backup_marker="token")
     texts = ["Tom terpus gorpus terpus lempus"] * 20

@@ -172,7 +172,7 @@ def test_no_import_crosses_a_layer():
         ("anchored_reasoning/sampling/x.py", "from anchored_reasoning import backends\n", "models-leaf", 1),
         ("anchored_reasoning/backends/x.py",
          "import importlib\nimportlib.import_module('anchored_reasoning.eval.runner')\n", "backends-below-eval", 2),
-        ("anchored_reasoning/eval/x.py", "T = {'a': 'anchored_reasoning.train.ar:run'}\n", "eval-below-train", 1),
+        ("anchored_reasoning/eval/x.py", "T = {'a': 'anchored_reasoning.train.pipelines.ar:run'}\n", "eval-below-train", 1),
         ("anchored_reasoning/train/x.py", "def f():\n    from anchored_reasoning.testing import tiny\n",
          "no-test-helpers", 2),
         ("anchored_reasoning/sandbox/x.py", "from anchored_reasoning.tasks import get_task\n",

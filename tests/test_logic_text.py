@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from anchored_reasoning.train import logic_text
+from anchored_reasoning.train.data import logic_text
 
 
 def _sentences(text: str) -> list[str]:

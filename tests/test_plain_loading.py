@@ -51,7 +51,7 @@ def fresh_interpreter(code: str, tmp_path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def search_run(tmp_path_factory):
     """One optimizer step of the CPU ProsQA recipe from logic-gpt2-search, saving checkpoint-1."""
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     out = tmp_path_factory.mktemp("plain") / "run"
     ar.run("prosqa_logic_cpu", [

@@ -34,7 +34,7 @@ def ckpt(tmp_path_factory):
 
 def test_text_file_bound_scores_every_token_deterministically(ckpt):
     from anchored_reasoning.commands.ppl import evaluate_text_file, load_model_and_tokenizer
-    from anchored_reasoning.train.diffusion_data import read_text_documents, tokenize_documents
+    from anchored_reasoning.train.data.diffusion_data import read_text_documents, tokenize_documents
 
     model, tok, _ = load_model_and_tokenizer(str(ckpt))
     a = evaluate_text_file(model, tok, ckpt / "corpus.txt", seq_len=40, t_samples=2, seed=1)

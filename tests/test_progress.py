@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from anchored_reasoning.train import get_trainer
-from anchored_reasoning.train.progress import TRAIN_LOG, TRAIN_LOG_JSONL, TrainProgress, console_logging
+from anchored_reasoning.train.callbacks.progress import TRAIN_LOG, TRAIN_LOG_JSONL, TrainProgress, console_logging
 
 TINY = ["training.max_steps=6", "training.logging_steps=1", "training.curriculum_min_steps_per_stage=1",
         "training.generation_eval_samples=2"]

@@ -135,7 +135,7 @@ def test_phase_bars_keep_the_recorded_count_when_live_reports_overshoot(capsys):
 
 def test_ppl_shows_a_bar_over_the_blocks_and_scores_the_same(ckpt, capsys):  # noqa: F811
     from anchored_reasoning.commands.ppl import evaluate_text_file, load_model_and_tokenizer
-    from anchored_reasoning.train.diffusion_data import pack_token_blocks, read_text_documents, tokenize_documents
+    from anchored_reasoning.train.data.diffusion_data import pack_token_blocks, read_text_documents, tokenize_documents
 
     model, tok, _ = load_model_and_tokenizer(str(ckpt))
     slow = model.register_forward_pre_hook(lambda *_: time.sleep(0.15))  # each batch past tqdm's redraw interval
@@ -163,17 +163,17 @@ def sft(tmp_path_factory):
 
 
 def test_train_log_holds_the_whole_runs_lines_without_a_curriculum(sft):
-    from anchored_reasoning.train.progress import TRAIN_LOG
+    from anchored_reasoning.train.callbacks.progress import TRAIN_LOG
 
     out = sft
     text = (out / TRAIN_LOG).read_text()
-    assert "anchored_reasoning.train.ar: data: 32 train" in text  # before training
+    assert "anchored_reasoning.train.pipelines.ar: data: 32 train" in text  # before training
     assert "model: 0.03M parameters" in text and f"saved {out}" in text  # after training
     assert not logging.getLogger("anchored_reasoning").handlers  # nothing left behind
 
 
 def test_run_log_holds_lines_until_the_folder_is_known_and_keeps_the_console_level(tmp_path, capsys):
-    from anchored_reasoning.train.progress import TRAIN_LOG, console_logging, run_log
+    from anchored_reasoning.train.callbacks.progress import TRAIN_LOG, console_logging, run_log
 
     log = logging.getLogger("anchored_reasoning.somewhere")
     console = logging.StreamHandler(sys.stderr)

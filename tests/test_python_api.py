@@ -52,7 +52,7 @@ def test_public_names_are_listed_documented_and_unknown_names_fail():
         obj = getattr(ar, name)
         assert (obj.__doc__ or "").strip(), f"{name} has no docstring"
     assert set(ar._LAZY) <= set(ar.__all__)  # every lazily loaded name is listed
-    assert ar.AnchoredSFTTrainer.__module__ == "anchored_reasoning.train.acot_trainer"
+    assert ar.AnchoredSFTTrainer.__module__ == "anchored_reasoning.train.trainers.acot_trainer"
     assert ar.run_eval.__module__ == "anchored_reasoning.eval.runner"
     with pytest.raises(AttributeError, match="no attribute 'AnchoredTrainer'"):
         ar.AnchoredTrainer  # noqa: B018
@@ -115,8 +115,8 @@ def test_trainer_with_a_method_name_trains_saves_and_evaluates_in_its_trained_fo
     from anchored_reasoning.eval.runner import method_for_backend
     from anchored_reasoning.methods.anchored import ANT, SPECIAL_TOKENS
     from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train.collate import AnchoredCollator
-    from anchored_reasoning.train.curriculum import CurriculumCallback, TimeBudgetCallback
+    from anchored_reasoning.train.data.collate import AnchoredCollator
+    from anchored_reasoning.train.callbacks.curriculum import CurriculumCallback, TimeBudgetCallback
 
     torch.set_num_threads(1)
     model, tok = _load(tiny_path)

@@ -11,7 +11,8 @@ import pytest
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.resources import builtin_dir
-from anchored_reasoning.train import recipe_values, recipes
+from anchored_reasoning.train.recipes import values as recipe_values
+from anchored_reasoning.train import recipes
 
 #: a recipe of each trainer that the tests can start from
 RECIPES = {"ar": "tiny_test", "diffusion": "diffusion_tiny_test", "tadm": "tadm_pretrain_tiny", "grpo": "grpo_tiny_test"}
@@ -35,14 +36,9 @@ def no_work(monkeypatch):
     import transformers
 
     from anchored_reasoning.models import zoo
-    from anchored_reasoning.train import (
-        ar,
-        checkpointing,
-        data_sources,
-        diffusion,
-        grpo,
-        tadm,
-    )
+    from anchored_reasoning.train import checkpointing
+    from anchored_reasoning.train.data import data_sources
+    from anchored_reasoning.train.pipelines import ar, diffusion, grpo, tadm
 
     for module, names in [
         (data_sources, ["load_split", "generate_examples"]),
@@ -206,7 +202,7 @@ def test_bad_values_name_key_value_and_expectation(override, says, no_work):
     ],
 )
 def test_other_trainers_check_their_own_keys(trainer, override, says, no_work):
-    module = importlib.import_module(f"anchored_reasoning.train.{trainer}")
+    module = importlib.import_module(f"anchored_reasoning.train.pipelines.{trainer}")
     if says is None:
         module.resolve_recipe(RECIPES[trainer], [override])
         return
@@ -237,7 +233,7 @@ def _leaves(schema, prefix=""):
 
 
 def _schemas():
-    from anchored_reasoning.train.recipe_sections import key_tree
+    from anchored_reasoning.train.recipes.sections import key_tree
 
     return {trainer: key_tree(trainer) for trainer in RECIPES}
 
@@ -266,9 +262,10 @@ def test_every_key_of_every_schema_has_a_value_spec(trainer):
 
 def test_training_ranges_match_the_code_they_describe():
     """The range table names real fields, and its choices are the ones the configs check."""
-    from anchored_reasoning.train import diffusion, tadm
-    from anchored_reasoning.train.diffusion_data import OVERLONG_POLICIES
-    from anchored_reasoning.train.diffusion_trainer import DIFFUSION_MODES
+    from anchored_reasoning.train.pipelines import diffusion
+    from anchored_reasoning.train.pipelines import tadm
+    from anchored_reasoning.train.data.diffusion_data import OVERLONG_POLICIES
+    from anchored_reasoning.train.trainers.diffusion_trainer import DIFFUSION_MODES
 
     fields = set().union(*(recipe_values.training_specs(t) for t in RECIPES))
     assert set(recipe_values.TRAINING_RANGES) <= fields

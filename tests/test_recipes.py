@@ -49,7 +49,7 @@ def test_unknown_key_is_named(override, named):
 def test_unknown_key_in_file_fails_before_training(tmp_path, monkeypatch):
     bad = tmp_path / "bad.yaml"
     bad.write_text((builtin_dir("train") / "tiny_test.yaml").read_text() + "\nbogus_section: 1\n")
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     def boom(*a, **k):  # pragma: no cover - reaching it is the failure
         raise AssertionError("model was built before the recipe was validated")
@@ -77,7 +77,7 @@ def test_missing_recipe_lists_known():
 
 
 def test_bad_training_value_is_a_config_error(tmp_path):
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     with pytest.raises(ConfigError, match="curriculum_schedule"):
         ar.run("tiny_test", ["training.curriculum_schedule=weekly", f"output_dir={tmp_path}"])
@@ -99,7 +99,7 @@ def test_builtin_recipes_are_valid(path):
         return
     resolved = recipes.resolve(recipe)
     from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.ar import make_config
+    from anchored_reasoning.train.pipelines.ar import make_config
 
     get_method(resolved["method"]["name"], style="trained", **(resolved["method"].get("options") or {}))
     make_config(resolved, Path("/tmp/unused"))
@@ -173,7 +173,8 @@ def test_checkpoint_evaluates_through_the_runner_with_its_training_format(tmp_pa
 
 
 def test_a_trainer_refuses_a_recipe_for_another_trainer():
-    from anchored_reasoning.train import diffusion, tadm
+    from anchored_reasoning.train.pipelines import diffusion
+    from anchored_reasoning.train.pipelines import tadm
 
     for module in (diffusion, tadm):
         with pytest.raises(ConfigError, match="'ar'"):
@@ -184,7 +185,7 @@ def test_a_trainer_refuses_a_recipe_for_another_trainer():
 def test_recipes_save_checkpoints_by_default_and_a_recipe_can_change_it(trainer, tmp_path):
     import importlib
 
-    module = importlib.import_module(f"anchored_reasoning.train.{trainer}")
+    module = importlib.import_module(f"anchored_reasoning.train.pipelines.{trainer}")
     name = {"ar": "tiny_test", "diffusion": "diffusion_pretrain_tiny_adlm", "tadm": "tadm_pretrain_tiny"}[trainer]
     resolve = recipes.resolve if trainer == "ar" else module.resolve_recipe
     config = module.make_config(resolve(name), tmp_path)

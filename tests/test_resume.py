@@ -240,7 +240,7 @@ def test_a_time_boxed_run_carries_the_time_spent(tmp_path):
     (tmp_path / checkpointing.RUN_CONFIG).write_text(json.dumps({"recipe": recipe, "last_checkpoint_step": 4}))
     plan = checkpointing.plan_resume(tmp_path, recipe, trainer="ar")
     assert plan.step == 4 and plan.seconds_spent == 70.0 and not plan.complete
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
+    from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
 
     budget = TimeBudgetCallback(100)
     budget.spent_before = plan.seconds_spent

@@ -11,7 +11,7 @@ import pytest
 
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.tasks import get_task
-from anchored_reasoning.train.collate import example_to_row
+from anchored_reasoning.train.data.collate import example_to_row
 from anchored_reasoning.train.rewards import (
     AnchorCoverageReward,
     CorrectnessReward,

@@ -1,4 +1,4 @@
-"""The one run skeleton (train/pipeline.py) and the recipe sections (train/recipe_sections.py): a run resolves
+"""The one run skeleton (train/pipelines/skeleton.py) and the recipe sections (train/recipes/sections.py): a run resolves
 its recipe and builds its trainer config once and passes those objects down; every section refuses an
 unknown key at construction, naming a close match; the slot count ``k`` has one rule."""
 from __future__ import annotations
@@ -8,15 +8,16 @@ import json
 import pytest
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train import pipeline, recipes
-from anchored_reasoning.train.recipe_sections import RECIPES, build, key_tree, recipe_class
+from anchored_reasoning.train.pipelines import skeleton as pipeline
+from anchored_reasoning.train import recipes
+from anchored_reasoning.train.recipes.sections import RECIPES, build, key_tree, recipe_class
 
 BASE = ["training.max_steps=1", "training.curriculum=false", "training.generation_eval=false",
         "training.save_steps=100", "data.train.n=8", "data.valid.n=2"]
 
 
 def test_a_run_applies_the_overrides_and_builds_its_config_once(tmp_path, monkeypatch):
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     calls = {"overrides": 0, "config": 0}
     apply, make_config = recipes.apply_overrides, ar.make_config
@@ -82,7 +83,7 @@ def test_k_given_twice_and_disagreeing_is_refused():
     with pytest.raises(ConfigError, match=r"slot count twice: method\.options\.k=2 and training\.num_anchor_slots=3"):
         recipes.resolve(recipe, ["method.options.k=2", "training.num_anchor_slots=3"])
     recipes.resolve(recipe, ["method.options.k=3", "training.num_anchor_slots=3"])  # agreeing: one value
-    from anchored_reasoning.train.method_setup import trained_method
+    from anchored_reasoning.train.pipelines.method_setup import trained_method
 
     assert trained_method("acot", {}, 5).k == 5  # num_anchor_slots is the default ...
     assert trained_method("acot", {"k": 2}, 5).k == 2  # ... the method's options win when the recipe sets only them

@@ -306,7 +306,7 @@ def test_save_and_from_pretrained_round_trip(tmp_path):
 # ------------------------------------------------------------------------------------ trainer
 @pytest.fixture(scope="module")
 def corpus_and_base(tmp_path_factory):
-    from anchored_reasoning.train.diffusion import build_tokenizer
+    from anchored_reasoning.train.pipelines.diffusion import build_tokenizer
 
     root = tmp_path_factory.mktemp("tadm")
     words = "the cat sat on a mat while seven red birds flew over the quiet river near an old mill".split()
@@ -350,7 +350,7 @@ def test_posttrain_recipe_trains_only_the_fusion(corpus_and_base, tmp_path):
 
 
 def test_pretrain_recipe_runs_and_validates_keys(corpus_and_base, tmp_path):
-    from anchored_reasoning.train.tadm import resolve_recipe, run
+    from anchored_reasoning.train.pipelines.tadm import resolve_recipe, run
 
     text, _ = corpus_and_base
     with pytest.raises(ConfigError, match="stale_k_choice"):

@@ -13,7 +13,7 @@ SIZE = {"num_nodes": 7, "min_hops": 1, "max_hops": 2, "neg_depth": "any"}  # the
 @pytest.fixture(scope="module")
 def sft_adlm(tmp_path_factory):
     """A tiny ADLM SFT'd for 2 steps on small generated ProsQA with the benchmark's recipe."""
-    from anchored_reasoning.train import diffusion as dtrain
+    from anchored_reasoning.train.pipelines import diffusion as dtrain
 
     out = tmp_path_factory.mktemp("prosqa") / "adlm"
     dtrain.run("diffusion_sft_prosqa_small_adlm", [
@@ -24,7 +24,7 @@ def sft_adlm(tmp_path_factory):
 
 
 def test_posttrain_on_sft_rows_pads_every_response_to_the_window(sft_adlm, tmp_path, monkeypatch):
-    from anchored_reasoning.train import tadm as ttrain
+    from anchored_reasoning.train.pipelines import tadm as ttrain
 
     seen = []
     original = ttrain.TADMTrainer.compute_loss
@@ -50,8 +50,8 @@ def test_posttrain_on_sft_rows_pads_every_response_to_the_window(sft_adlm, tmp_p
 
 
 def test_small_prosqa_recipes_use_the_demo_problem_size():
-    from anchored_reasoning.train.diffusion import resolve_recipe as sft_recipe
-    from anchored_reasoning.train.tadm import resolve_recipe as tadm_recipe
+    from anchored_reasoning.train.pipelines.diffusion import resolve_recipe as sft_recipe
+    from anchored_reasoning.train.pipelines.tadm import resolve_recipe as tadm_recipe
 
     sft = sft_recipe("diffusion_sft_prosqa_small_adlm")
     post = tadm_recipe("tadm_posttrain_prosqa_small")

@@ -86,7 +86,7 @@ def test_real_prontoqa_test_backward_steps_need_no_look_ahead():
 
 
 def test_recipes_apply_the_trace_and_refuse_a_bad_one_before_data_work(monkeypatch):
-    from anchored_reasoning.train import data_sources as ar
+    from anchored_reasoning.train.data import data_sources as ar
 
     spec = {"generator": "prontoqa", "n": 4, "seed": 0, "trace": "backward"}
     got = ar.load_split(spec, "prontoqa", 0)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     model, tokenizer, resolved = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
     if args.text_file:
-        from anchored_reasoning.train.diffusion import data_path
+        from anchored_reasoning.train.pipelines.diffusion import data_path
 
         seq_len = args.seq_len or default_seq_len(resolved, model_max_positions(model))
         result = evaluate_text_file(model, tokenizer, data_path(args.text_file), seq_len=seq_len, t_samples=args.t_samples,

@@ -299,7 +299,7 @@ class SlotMethod(TrainedMethod):
     each anchor takes ``tokens_per_anchor`` consecutive slot tokens, so the prompt of stage ``s``
     holds ``min(s, k) * tokens_per_anchor`` of them. 1 is the paper's setting (GPT-2, where
     ``" 16"`` is one token); tokenizers that spell ``16`` as ``1``, ``6`` need more (see
-    docs/acot-data.md and :func:`anchored_reasoning.train.collate.anchor_label_ids`)."""
+    docs/acot-data.md and :func:`anchored_reasoning.train.data.collate.anchor_label_ids`)."""
 
     k: int = 6
     tokens_per_anchor: int = 1

@@ -14,10 +14,10 @@ import importlib
 from anchored_reasoning.errors import ConfigError
 
 TRAINERS: dict[str, str] = {
-    "ar": "anchored_reasoning.train.ar:run",  # SFT / ACoT / pause / stepwise on causal LMs
-    "diffusion": "anchored_reasoning.train.diffusion:run",  # MDLM / ADLM pretraining and SFT
-    "tadm": "anchored_reasoning.train.tadm:run",  # TADM: T-ANELBO pretraining, post-training of MDLM/ADLM
-    "grpo": "anchored_reasoning.train.grpo:run",  # GRPO (plain / anchored) for causal LMs, diffu-GRPO for MDLM/ADLM/TADM
+    "ar": "anchored_reasoning.train.pipelines.ar:run",  # SFT / ACoT / pause / stepwise on causal LMs
+    "diffusion": "anchored_reasoning.train.pipelines.diffusion:run",  # MDLM / ADLM pretraining and SFT
+    "tadm": "anchored_reasoning.train.pipelines.tadm:run",  # TADM: T-ANELBO pretraining, post-training of MDLM/ADLM
+    "grpo": "anchored_reasoning.train.pipelines.grpo:run",  # GRPO (plain / anchored) for causal LMs, diffu-GRPO for MDLM/ADLM/TADM
     "tadm_gemma": "anchored_reasoning.train.tadm_gemma:run",  # TADM:Post-train of a frozen DiffusionGemma (fusion only)
 }
 
@@ -31,8 +31,8 @@ def get_trainer(name: str):
     run = getattr(importlib.import_module(module_name), attr)
 
     @functools.wraps(run)
-    def logged(*args, **kwargs):  # the whole run's log lines go to <output_dir>/train.log (train/progress.py)
-        from anchored_reasoning.train.progress import run_log
+    def logged(*args, **kwargs):  # the whole run's log lines go to <output_dir>/train.log (train/callbacks/progress.py)
+        from anchored_reasoning.train.callbacks.progress import run_log
 
         with run_log():
             return run(*args, **kwargs)

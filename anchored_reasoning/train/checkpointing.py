@@ -365,10 +365,10 @@ def _best_weights(model, folder: Path) -> dict[str, Any] | None:
 
 
 def attach(trainer, plan: ResumePlan, *, budget=None, curriculum=None, quiet: bool | None = None) -> RunState:
-    """Add :class:`RunState` and the progress bar / JSONL log (:mod:`anchored_reasoning.train.progress`)
+    """Add :class:`RunState` and the progress bar / JSONL log (:mod:`anchored_reasoning.train.callbacks.progress`)
     to ``trainer`` and restore what ``plan`` carried over: the time spent (``budget.spent_before``) and
     the curriculum's stage, history and best weights."""
-    from anchored_reasoning.train.progress import install_progress
+    from anchored_reasoning.train.callbacks.progress import install_progress
 
     if trainer.args.restore_callback_states_from_checkpoint:
         from anchored_reasoning.errors import ConfigError
@@ -402,7 +402,7 @@ def attach(trainer, plan: ResumePlan, *, budget=None, curriculum=None, quiet: bo
 def train(trainer, plan: ResumePlan) -> None:
     """``trainer.train()``, resuming from ``plan.checkpoint``. A checkpoint that already is the end of
     training (the final model was not written yet) is loaded and finished without another step."""
-    from anchored_reasoning.train.progress import console_logging
+    from anchored_reasoning.train.callbacks.progress import console_logging
 
     if trainer.is_world_process_zero() and plan.run_config:
         plan.output_dir.mkdir(parents=True, exist_ok=True)
@@ -450,7 +450,7 @@ class _TiedKeysNotice(logging.Filter):
 
 def save_model(trainer, output_dir: str | os.PathLike) -> None:
     """``trainer.save_model(output_dir)`` (the final model) without transformers' one-line shard bar."""
-    from anchored_reasoning.train.progress import no_transformers_bars
+    from anchored_reasoning.train.callbacks.progress import no_transformers_bars
 
     with no_transformers_bars():
         trainer.save_model(str(output_dir))

@@ -12,7 +12,7 @@ Used by the diffusion trainer (validation perplexity after pretraining) and by t
 Scoring shows a tqdm bar over the sequences (``progress=False``: none), advanced after every model call.
 
 It lives in ``train/`` because it scores text exactly as the trainer encodes it
-(``train/diffusion_data.py``); the evaluation package may not import training code.
+(``train/data/diffusion_data.py``); the evaluation package may not import training code.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def evaluate_text_file(model: Any, tokenizer: Any, path: str | Path, *, seq_len:
 
     ``seq_len`` defaults to the model's context; a larger one is a ConfigError, never a truncation."""
     from anchored_reasoning.objectives import perplexity_bound
-    from anchored_reasoning.train.diffusion_data import pack_token_blocks, read_text_documents, tokenize_documents
+    from anchored_reasoning.train.data.diffusion_data import pack_token_blocks, read_text_documents, tokenize_documents
 
     max_positions = model_max_positions(model)
     seq_len = int(seq_len or max_positions)
@@ -117,7 +117,7 @@ def evaluate_task(model: Any, tokenizer: Any, task_name: str, split: str, *, mod
     from anchored_reasoning.methods import get_method
     from anchored_reasoning.objectives import perplexity_bound
     from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train.diffusion_data import IGNORE_INDEX, encode_sft_rows
+    from anchored_reasoning.train.data.diffusion_data import IGNORE_INDEX, encode_sft_rows
 
     meta = read_checkpoint_meta(model_path) or {}
     if meta.get("style") == "trained":

@@ -2,7 +2,7 @@
 
 Every reward is a plain callable with TRL's signature ``f(prompts, completions, **columns) -> list[float]``;
 the dataset column ``example`` (one serialized :class:`~anchored_reasoning.types.Example` per row, as
-:func:`anchored_reasoning.train.collate.example_to_row` writes it) carries the gold::
+:func:`anchored_reasoning.train.data.collate.example_to_row` writes it) carries the gold::
 
     rewards = build_rewards({"correctness": 1.0, "format": 0.1}, task=get_task("prosqa"), style="trained")
     GRPOTrainer(model, reward_funcs=rewards.funcs, args=GRPOConfig(reward_weights=rewards.weights), ...)
@@ -56,7 +56,7 @@ def example_of(row: Any) -> Example:
     """An Example from a dataset cell (the JSON string of ``example_to_row``) or an Example."""
     if isinstance(row, Example):
         return row
-    from anchored_reasoning.train.collate import row_to_example
+    from anchored_reasoning.train.data.collate import row_to_example
 
     return row_to_example({"example": row} if isinstance(row, str) else dict(row))
 

@@ -259,11 +259,11 @@ def build_base(recipe: Mapping[str, Any], output_dir: Path, texts: Sequence[str]
 def _texts_and_examples(recipe: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
     data, seed = dict(recipe.get("data") or {}), int(recipe.get("seed", 0))
     if data.get("text_file"):
-        from anchored_reasoning.train.diffusion import data_path
-        from anchored_reasoning.train.diffusion_data import read_text_documents
+        from anchored_reasoning.train.pipelines.diffusion import data_path
+        from anchored_reasoning.train.data.diffusion_data import read_text_documents
 
         return read_text_documents(data_path(data["text_file"]), split_lines=True), []
-    from anchored_reasoning.train.data_sources import load_split
+    from anchored_reasoning.train.data.data_sources import load_split
 
     examples = load_split(data["train"], recipe.get("task"), seed)
     return [e.question + " " + " ".join(e.steps or []) + " " + str(e.answer) for e in examples], examples
@@ -275,7 +275,7 @@ def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
 
     from anchored_reasoning.models.tadm_gemma import AnchorFusion, TADMDiffusionGemma, fusion_parameters
     from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
+    from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator, example_rows, text_rows
 
     recipe = resolve_recipe(recipe, overrides)  # every key and value checked here, before any work

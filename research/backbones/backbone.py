@@ -4,7 +4,7 @@
 
 (Archived here from ``anchored_reasoning.train.backbone``, the module path the shipped assets' ``backbone.json``
 record; the exact command behind each asset is in ``research/backbones/README.md``. The document format,
-:data:`STEP_SEPARATOR` and the readers stay in the library: ``anchored_reasoning.train.logic_text``.)
+:data:`STEP_SEPARATOR` and the readers stay in the library: ``anchored_reasoning.train.data.logic_text``.)
 
 The paper fine-tunes *pretrained* GPT-2 (124M) with every method. On a 2-core CPU a model
 trained from scratch for a few minutes never gets past the answer format (CALIBRATION.md), so
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from anchored_reasoning.errors import DataError
-from anchored_reasoning.train.logic_text import STEP_SEPARATOR, TRACED_KINDS, document, encode, qa_document
+from anchored_reasoning.train.data.logic_text import STEP_SEPARATOR, TRACED_KINDS, document, encode, qa_document
 
 #: The shipped backbone's architecture (4 layers: depth matters for latent multi-hop search,
 #: width 128 keeps a training step cheap on a CPU).

@@ -71,7 +71,7 @@ def probe_set(backend, held: list, max_new_tokens: int = 64) -> dict:
     from anchored_reasoning.eval.metrics import mean_ci
     from anchored_reasoning.eval.search_probe import replay
     from anchored_reasoning.generators.traces import proof_sentences
-    from anchored_reasoning.train.logic_text import document_answer, facts_of
+    from anchored_reasoning.train.data.logic_text import document_answer, facts_of
 
     swapped = {e.id[: -len(SWAP_SUFFIX)]: e for e in binding_probe_examples(held)}
     held = [e for e in held if e.id in swapped]

@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     from anchored_reasoning.demo import DemoSettings, make_data
     from anchored_reasoning.generators.prosqa import generate_dataset, ladder_size
     from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train.logic_text import facts_of
+    from anchored_reasoning.train.data.logic_text import facts_of
     from research.backbones.backbone import qa_corpus
 
     heads: set[str] = set()

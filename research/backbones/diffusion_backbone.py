@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 def rows_from_corpus(corpus: list[tuple[str, str]], tokenizer, max_length: int) -> tuple[list[dict[str, Any]], int]:
     """(task, document) pairs -> SFT rows (facts = prompt, derivation = response); too-long documents
     are dropped and counted."""
-    from anchored_reasoning.train.diffusion_data import OverlongRow, encode_prompt_response
+    from anchored_reasoning.train.data.diffusion_data import OverlongRow, encode_prompt_response
 
     out, dropped = [], 0
     for i, (task, doc) in enumerate(corpus):
@@ -107,7 +107,7 @@ def derivation_check(model, tokenizer, n: int = 64, seed: int = 777, gen_length:
     import torch
 
     from anchored_reasoning import generators
-    from anchored_reasoning.train.logic_text import facts_of
+    from anchored_reasoning.train.data.logic_text import facts_of
 
     examples = generators.generate_dataset("prosqa", n, seed=seed, split="derivation-check", **CHECK_SIZE)
     was_training = model.training
@@ -155,9 +155,9 @@ def pretrain(out: Path, *, arch: str = "mdlm", init: str = "scratch", max_steps:
     import torch
     from datasets import Dataset
 
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
-    from anchored_reasoning.train.logic_text import STEP_SEPARATOR
+    from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionCollator, DiffusionSFTConfig, DiffusionSFTTrainer
+    from anchored_reasoning.train.data.logic_text import STEP_SEPARATOR
     from research.backbones.backbone import logic_corpus, qa_corpus
 
     if threads:

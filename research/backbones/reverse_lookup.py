@@ -41,7 +41,7 @@ def queries(question: str, rng: random.Random) -> dict:
     """One forward and one reverse query on a random fact of the problem, with what counts as right; each
     after two other facts of the problem restated in the query's own form (in-context examples, so that a
     backbone that never saw the ``<Y>:`` form is asked the same thing)."""
-    from anchored_reasoning.train.logic_text import facts_of
+    from anchored_reasoning.train.data.logic_text import facts_of
 
     facts = parse_facts(question)
     names = sorted({n for f in facts for n in f})

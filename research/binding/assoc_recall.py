@@ -30,7 +30,7 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent / "results" / "assoc_recall.json"
 
-from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch
+from anchored_reasoning.train.data.collate import IGNORE, TokenizedExample, pad_batch
 
 from research.binding._fresh_loop import build_model, optimizer, run_record, save, train_step
 

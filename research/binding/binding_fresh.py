@@ -36,7 +36,7 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent / "results" / "binding_fresh.json"
 
-from anchored_reasoning.train.collate import IGNORE, TokenizedExample, pad_batch, tokenize_rendered
+from anchored_reasoning.train.data.collate import IGNORE, TokenizedExample, pad_batch, tokenize_rendered
 
 from research.binding._fresh_loop import build_model, optimizer, run_record, save, train_step
 

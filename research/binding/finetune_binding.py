@@ -49,7 +49,7 @@ def fine_tuned(lr: float, steps: int, args, options: dict, train: list, held: li
     """One fine-tune (resumed or reused if its folder holds it) and its figures per depth."""
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import binding_probe_examples
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     settings = demo.DemoSettings(seed=args.seed, learning_rate=lr, backbone=args.backbone)
     run = Path(args.work) / run_name(args.method, args.option, lr, steps)

@@ -50,7 +50,7 @@ def train_scored(arch: str, seed: int, max_steps: int, at: list[int], tok, rows,
     from transformers import TrainerCallback
 
     from anchored_reasoning.train.checkpointing import newest_good_checkpoint
-    from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
 
     run_dir = work / f"{arch}-{seed}"
     progress = run_dir / "scores.json"
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if sorted(args.sizes) != args.sizes or len(set(args.sizes)) != len(args.sizes):
         ap.error(f"--sizes must be increasing and distinct, got {args.sizes}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("transformers", "datasets", "anchored_reasoning.train.diffusion_data"):
+    for noisy in ("transformers", "datasets", "anchored_reasoning.train.data.diffusion_data"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import torch
 

@@ -37,8 +37,8 @@ def diagnose(args) -> dict[str, Any]:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from anchored_reasoning.objectives_tadm import stale_perplexity_bound
-    from anchored_reasoning.train.diffusion import data_path
-    from anchored_reasoning.train.tadm import text_blocks
+    from anchored_reasoning.train.pipelines.diffusion import data_path
+    from anchored_reasoning.train.pipelines.tadm import text_blocks
 
     adlm_dir, tadm_dir = tadm_speed.train_models(args)
     dirs = {"adlm": adlm_dir, "tadm_posttrained": tadm_dir, "tadm_pretrained": tadm_speed.pretrain_tadm(args)}

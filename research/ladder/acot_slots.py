@@ -122,7 +122,7 @@ def slot_readings(model, tok, method, examples, hops: dict[str, int], generate: 
 
     from anchored_reasoning.methods.answers import answer_line
     from anchored_reasoning.tasks import get_task
-    from anchored_reasoning.train.collate import AnchorLabels, special_token_id
+    from anchored_reasoning.train.data.collate import AnchorLabels, special_token_id
 
     grader = get_task("prosqa")
     ant = special_token_id(tok, "[ANT]")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from anchored_reasoning.train import logic_text
+from anchored_reasoning.train.data import logic_text
 from research.backbones import backbone
 
 

@@ -47,7 +47,7 @@ def test_the_time_budget_stops_pretraining(tmp_path):
 
 def test_claims_read_a_derivation_against_the_graph():
     from anchored_reasoning import generators
-    from anchored_reasoning.train.logic_text import document
+    from anchored_reasoning.train.data.logic_text import document
 
     ex = generators.generate_dataset("prosqa", 1, seed=777, split="derivation-check", **db.CHECK_SIZE)[0]
     gold = document(ex, "prosqa").split("\n", 1)[1]  # the steps, then the closing conclusion

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from anchored_reasoning.errors import ConfigError, DataError
-from anchored_reasoning.train.data_sources import load_split
-from anchored_reasoning.train.model_presets import _PRESET_DEFAULTS, MODEL_PRESETS  # noqa: F401 - MODEL_PRESETS re-exported
-from anchored_reasoning.train.method_setup import steps_kept_warning  # noqa: F401 - re-exported (it moved there)
-from anchored_reasoning.train.pipeline import Pipeline, Run, execute, parameters
+from anchored_reasoning.train.data.data_sources import load_split
+from anchored_reasoning.train.pipelines.model_presets import _PRESET_DEFAULTS, MODEL_PRESETS  # noqa: F401 - MODEL_PRESETS re-exported
+from anchored_reasoning.train.pipelines.method_setup import steps_kept_warning  # noqa: F401 - re-exported (it moved there)
+from anchored_reasoning.train.pipelines.skeleton import Pipeline, Run, execute, parameters
 from anchored_reasoning.types import Example
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     from anchored_reasoning.methods.anchored import add_special_tokens
-    from anchored_reasoning.train.method_setup import prepare_for_method
+    from anchored_reasoning.train.pipelines.method_setup import prepare_for_method
 
     preset = model_cfg.get("preset")
     name = model_cfg.get("name")
@@ -130,7 +130,7 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
 # training
 
 def make_config(recipe: Mapping[str, Any], output_dir: Path):
-    from anchored_reasoning.train.acot_trainer import AnchoredSFTConfig
+    from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTConfig
     from anchored_reasoning.train.checkpointing import with_save_defaults
 
     training = with_save_defaults(recipe.get("training") or {})
@@ -192,9 +192,9 @@ class ARPipeline(Pipeline):
         return {"_examples": examples_fingerprint(train, valid)}
 
     def build(self, run: Run) -> None:
-        from anchored_reasoning.train.acot_trainer import AnchoredSFTTrainer
-        from anchored_reasoning.train.collate import check_anchor_labels, examples_dataset
-        from anchored_reasoning.train.method_setup import anchored_callbacks, anchored_collator, preflight, trained_method
+        from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTTrainer
+        from anchored_reasoning.train.data.collate import check_anchor_labels, examples_dataset
+        from anchored_reasoning.train.pipelines.method_setup import anchored_callbacks, anchored_collator, preflight, trained_method
 
         recipe, config, train = run.recipe, run.config, run.state["train"]
         task_name, method_cfg = recipe.get("task"), dict(recipe["method"])
@@ -219,7 +219,7 @@ class ARPipeline(Pipeline):
         run.state.update(method=method, model=model, collator=collator, curriculum=curriculum, anchor_check=anchor_check)
 
     def meta(self, run: Run) -> dict[str, Any]:
-        from anchored_reasoning.train.method_setup import checkpoint_meta
+        from anchored_reasoning.train.pipelines.method_setup import checkpoint_meta
 
         # the format of the stage the weights were saved at
         return checkpoint_meta(run.state["method"], run.state["curriculum"], run.recipe.get("task"))

@@ -52,7 +52,7 @@ DIFFUSION_MODES = ("sft", "pretrain")
 @dataclass
 class DiffusionSFTConfig(SFTConfig):
     """``SFTConfig`` plus the masked-diffusion settings. Datasets are tokenized by
-    :mod:`anchored_reasoning.train.diffusion_data` (so ``skip_prepare_dataset`` is on and TRL's own
+    :mod:`anchored_reasoning.train.data.diffusion_data` (so ``skip_prepare_dataset`` is on and TRL's own
     truncation never silently cuts a response); extra columns such as ``anchor_mask`` are kept."""
 
     diffusion_mode: str = field(default="sft", metadata={"help": "sft (prompt/response rows) or pretrain (packed text)"})
@@ -194,7 +194,7 @@ class DiffusionSFTTrainer(SFTTrainer):
     """TRL ``SFTTrainer`` with the masked-diffusion loss. Only ``compute_loss`` is overridden.
 
     Pass ``data_collator`` (a :class:`DiffusionCollator`) and a dataset of pre-tokenized rows
-    from :mod:`anchored_reasoning.train.diffusion_data`. The model must follow the MDLM/ADLM
+    from :mod:`anchored_reasoning.train.data.diffusion_data`. The model must follow the MDLM/ADLM
     interface: ``model(input_ids, attention_mask)`` returns ``.logits`` and (ADLM) ``.anchor_logits``.
     """
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train.grpo_trainer import AnchorTable
+from anchored_reasoning.train.trainers.grpo_trainer import AnchorTable
 from anchored_reasoning.types import Example
 
 
@@ -43,7 +43,7 @@ def build_rows(examples: Sequence[Example], prompting: Prompting, task: Any, tok
                anchor_table: AnchorTable | None = None) -> list[dict[str, Any]]:
     """Dataset rows: ``prompt`` (text, or chat turns for an instruct model with a chat template) and
     ``example`` (the gold, for the rewards); fills ``anchor_table`` from the rendered anchors."""
-    from anchored_reasoning.train.collate import example_to_row
+    from anchored_reasoning.train.data.collate import example_to_row
 
     chat = prompting.style == "instruct" and getattr(tokenizer, "chat_template", None)
     rows = []

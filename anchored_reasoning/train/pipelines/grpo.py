@@ -38,9 +38,9 @@ import torch
 from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
-from anchored_reasoning.train.grpo_prompts import Prompting, build_rows, choose_method
-from anchored_reasoning.train.grpo_trainer import AnchoredGRPOConfig, AnchoredGRPOTrainer, AnchorTable
-from anchored_reasoning.train.pipeline import Pipeline, Run, execute, start
+from anchored_reasoning.train.pipelines.grpo_prompts import Prompting, build_rows, choose_method
+from anchored_reasoning.train.trainers.grpo_trainer import AnchoredGRPOConfig, AnchoredGRPOTrainer, AnchorTable
+from anchored_reasoning.train.pipelines.skeleton import Pipeline, Run, execute, start
 from anchored_reasoning.types import Example
 
 __all__ = ["AnchoredGRPOConfig", "AnchoredGRPOTrainer", "AnchorTable", "GRPOPipeline", "Prompting", "build_rows",
@@ -65,7 +65,7 @@ def make_config(recipe: Mapping[str, Any], output_dir: Path, config_cls: type | 
     from anchored_reasoning.train.checkpointing import with_save_defaults
 
     if config_cls is None:
-        from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+        from anchored_reasoning.train.trainers.diffusion_grpo import DiffusionGRPOConfig
 
         config_cls = DiffusionGRPOConfig if recipe.get("sampler") else AnchoredGRPOConfig
 
@@ -127,7 +127,7 @@ def load_policy(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Pa
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from anchored_reasoning.models.zoo import resolve_model
-    from anchored_reasoning.train import ar
+    from anchored_reasoning.train.pipelines import ar
 
     if model_cfg.get("preset"):
         model, tokenizer = ar.build_model_and_tokenizer(model_cfg, texts, work_dir, seed, extra_tokens=extra_tokens)
@@ -175,7 +175,7 @@ class GRPOPipeline(Pipeline):
         self.start = start_meta((recipe.get("model") or {}).get("name"))
         self.task_name = recipe.get("task") or (self.start or {}).get("task") or _no_task(recipe.get("model") or {})
         if self.start and self.start.get("backend") == "diffusion":
-            from anchored_reasoning.train.diffusion_grpo import DiffusionGRPOConfig
+            from anchored_reasoning.train.trainers.diffusion_grpo import DiffusionGRPOConfig
 
             config = make_config(recipe, output_dir, DiffusionGRPOConfig)
             if config.use_vllm:
@@ -190,7 +190,7 @@ class GRPOPipeline(Pipeline):
     def prepare(self, run: Run) -> Mapping[str, Any]:
         from anchored_reasoning.tasks import get_task
         from anchored_reasoning.train.checkpointing import examples_fingerprint
-        from anchored_reasoning.train.data_sources import load_split
+        from anchored_reasoning.train.data.data_sources import load_split
         from anchored_reasoning.train.rewards import build_rewards, check_gold
 
         recipe, config = run.recipe, run.config
@@ -250,10 +250,10 @@ def build_trainer(plan: Plan, callbacks: Sequence[Any] = ()):
     :class:`~.diffusion_grpo.DiffusionGRPOTrainer` for a diffusion checkpoint."""
     from datasets import Dataset
 
-    from anchored_reasoning.train.ar import training_texts
+    from anchored_reasoning.train.pipelines.ar import training_texts
 
     if plan.diffusion:
-        from anchored_reasoning.train.diffusion_grpo import build_trainer as build_diffusion
+        from anchored_reasoning.train.trainers.diffusion_grpo import build_trainer as build_diffusion
 
         return build_diffusion(plan, callbacks)
     config, model_cfg = plan.config, dict(plan.recipe.get("model") or {})

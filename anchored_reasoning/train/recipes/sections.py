@@ -24,10 +24,10 @@ from anchored_reasoning.errors import ConfigError
 #: The trainer config class a trainer kind's ``training`` section builds (GRPO: the diffusion subclass,
 #: whose fields are a superset of AnchoredGRPOConfig's; the start checkpoint picks the class later).
 TRAINING_CONFIGS: dict[str, str] = {
-    "ar": "anchored_reasoning.train.acot_trainer:AnchoredSFTConfig",
-    "diffusion": "anchored_reasoning.train.diffusion_trainer:DiffusionSFTConfig",
-    "tadm": "anchored_reasoning.train.tadm:TADMTrainingConfig",
-    "grpo": "anchored_reasoning.train.diffusion_grpo:DiffusionGRPOConfig",
+    "ar": "anchored_reasoning.train.trainers.acot_trainer:AnchoredSFTConfig",
+    "diffusion": "anchored_reasoning.train.trainers.diffusion_trainer:DiffusionSFTConfig",
+    "tadm": "anchored_reasoning.train.trainers.tadm_trainer:TADMTrainingConfig",
+    "grpo": "anchored_reasoning.train.trainers.diffusion_grpo:DiffusionGRPOConfig",
 }
 
 
@@ -57,7 +57,7 @@ def _sampler_keys() -> list[str]:
 
 @dataclass
 class DataSource:
-    """One ``data.<part>`` section, or one source of its ``mix`` (train/data_sources.py). ``holdout: N``:
+    """One ``data.<part>`` section, or one source of its ``mix`` (train/data/data_sources.py). ``holdout: N``:
     the last N examples of the split are the validation set and are left out of training; ``trace``:
     forward | backward; ``mix``: a list of such sections, concatenated; ``exclude_split``: drop
     questions of that split."""

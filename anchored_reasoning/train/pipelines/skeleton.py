@@ -86,7 +86,7 @@ class Pipeline:
 def start(pipeline: Pipeline, recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Run:
     """Steps 1-2: the resolved recipe, the config, the data and the resume plan of a run."""
     from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.curriculum import TimeBudgetCallback
+    from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
 
     resolved = pipeline.resolve(recipe, overrides)  # unknown keys and bad values fail here, before any work
     output_dir = pipeline.output_dir(resolved)

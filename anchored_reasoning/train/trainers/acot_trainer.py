@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import SFTConfig, SFTTrainer
 
-from anchored_reasoning.train.collate import IGNORE
+from anchored_reasoning.train.data.collate import IGNORE
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class AnchoredSFTConfig(SFTConfig):
     )
     ant_token: str = field(default="[ANT]", metadata={"help": "the anchor slot token"})
 
-    # curriculum (anchored_reasoning/train/curriculum.py)
+    # curriculum (anchored_reasoning/train/callbacks/curriculum.py)
     curriculum: bool = field(default=False, metadata={"help": "move through the method's stages during training"})
     curriculum_schedule: str = field(
         default="epochs",
@@ -156,10 +156,10 @@ class AnchoredSFTTrainer(SFTTrainer):
 
     Given a ``method`` (a name -- ``"acot"``, ``"cot"``, ``"anchor_chain"``, ... built in the trained
     style with ``method_options`` -- or a Method object) and a ``task`` (a name or a Task), the trainer
-    assembles what the recipe path does (:mod:`anchored_reasoning.train.method_setup`): the method's
+    assembles what the recipe path does (:mod:`anchored_reasoning.train.pipelines.method_setup`): the method's
     special tokens in ``processing_class`` and the model's embeddings resized to match, a pad token, a
     ``train_dataset`` / ``eval_dataset`` given as a list of :class:`~anchored_reasoning.types.Example`
-    wrapped for the collator, the :class:`~anchored_reasoning.train.collate.AnchoredCollator` when
+    wrapped for the collator, the :class:`~anchored_reasoning.train.data.collate.AnchoredCollator` when
     ``data_collator`` is None, and the time-budget / curriculum callbacks ``args`` asks for; then
     :meth:`save_model` writes ``anchored_reasoning.json`` beside the weights and tokenizer, so
     ``run_eval`` and ``anchored-reasoning eval`` prompt the checkpoint in its trained format::
@@ -169,7 +169,7 @@ class AnchoredSFTTrainer(SFTTrainer):
         trainer.train(); trainer.save_model()
 
     ``model`` may also be a model-zoo alias, a local folder or a Hub id (loaded with its tokenizer).
-    Batches come from :class:`~anchored_reasoning.train.collate.AnchoredCollator` (``labels`` for the LM
+    Batches come from :class:`~anchored_reasoning.train.data.collate.AnchoredCollator` (``labels`` for the LM
     loss, ``anchor_labels`` for the anchor loss, ``anchor_slots`` / ``anchor_targets`` counts per row).
     Logged separately: ``lm_loss``, ``anchor_loss``, ``anchor_accuracy`` and the running counts
     ``examples_fewer_anchors`` / ``examples_no_anchors`` (examples that trained with fewer / no anchor
@@ -183,7 +183,7 @@ class AnchoredSFTTrainer(SFTTrainer):
 
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None,
                  processing_class=None, *, method=None, task=None, method_options=None, **kwargs):
-        from anchored_reasoning.train.method_setup import assemble
+        from anchored_reasoning.train.pipelines.method_setup import assemble
 
         if model is None:
             from anchored_reasoning.errors import ConfigError
@@ -207,7 +207,7 @@ class AnchoredSFTTrainer(SFTTrainer):
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the weights and the tokenizer (``Trainer.save_model``) to ``output_dir`` (default
         ``args.output_dir``), and, when the trainer was given a ``method``, ``anchored_reasoning.json``
-        (:func:`~anchored_reasoning.train.method_setup.checkpoint_meta`) so evaluation prompts the saved
+        (:func:`~anchored_reasoning.train.pipelines.method_setup.checkpoint_meta`) so evaluation prompts the saved
         model in the format of the stage it was trained at."""
         super().save_model(output_dir, _internal_call)
         if self.method is not None and self.args.should_save:
@@ -215,7 +215,7 @@ class AnchoredSFTTrainer(SFTTrainer):
             from pathlib import Path
 
             from anchored_reasoning.checkpoints import CHECKPOINT_META
-            from anchored_reasoning.train.method_setup import checkpoint_meta
+            from anchored_reasoning.train.pipelines.method_setup import checkpoint_meta
 
             meta = checkpoint_meta(self.method, self.curriculum_callback, self.task_name)
             folder = Path(output_dir if output_dir is not None else self.args.output_dir)
@@ -267,7 +267,7 @@ class AnchoredSFTTrainer(SFTTrainer):
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """Fetch the next batches; re-render any that the data loader collated before a curriculum
         stage switch (accelerate prefetches one batch), so every step trains on the current stage."""
-        from anchored_reasoning.train.collate import ROWS_KEY, STAGE_KEY
+        from anchored_reasoning.train.data.collate import ROWS_KEY, STAGE_KEY
 
         batches, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         collator = self.data_collator

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train.grpo_trainer import AnchoredGRPOConfig
+from anchored_reasoning.train.trainers.grpo_trainer import AnchoredGRPOConfig
 from trl import GRPOTrainer
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def build_trainer(plan, callbacks=()) -> tuple[DiffusionGRPOTrainer, Any]:
     from anchored_reasoning.models.zoo import resolve_model
     from anchored_reasoning.sampling.adapters import MaskedDiffusionAdapter, load_masked_diffusion_model
     from anchored_reasoning.sampling.samplers import SamplerConfig, model_info
-    from anchored_reasoning.train.grpo_prompts import build_rows
+    from anchored_reasoning.train.pipelines.grpo_prompts import build_rows
 
     config, recipe = plan.config, plan.recipe
     path = resolve_model(str(recipe["model"]["name"]))

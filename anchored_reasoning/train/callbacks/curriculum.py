@@ -27,7 +27,7 @@ under a time budget. When the run's step count is known, every stage must get at
 ``min_steps_per_stage`` optimizer steps, else the plan is refused (:class:`ConfigError`) with the
 numbers, before training starts.
 
-Validation (:class:`~anchored_reasoning.train.validation.GenerationEvaluator`) generates through
+Validation (:class:`~anchored_reasoning.train.callbacks.validation.GenerationEvaluator`) generates through
 the evaluation path: the same prompts, stop strings, decoding and grading as ``anchored-reasoning eval``.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ import torch
 from transformers import TrainerCallback
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train.validation import GenerationEvaluator, GenerationResult
+from anchored_reasoning.train.callbacks.validation import GenerationEvaluator, GenerationResult
 
 __all__ = [
     "CurriculumCallback", "GenerationEvaluator", "GenerationResult", "StagePlan", "TimeBudgetCallback",
@@ -208,7 +208,7 @@ class CurriculumCallback(TrainerCallback):
 
     @classmethod
     def from_config(cls, collator, method, config, evaluator: GenerationEvaluator | None = None) -> "CurriculumCallback":
-        """The callback as an :class:`~anchored_reasoning.train.acot_trainer.AnchoredSFTConfig` sets it (its
+        """The callback as an :class:`~anchored_reasoning.train.trainers.acot_trainer.AnchoredSFTConfig` sets it (its
         ``curriculum*``, ``*_stage``, ``generation_eval_*``, ``keep_best`` and ``max_train_seconds`` fields)."""
         return cls(
             collator, method, curriculum=config.curriculum, schedule=config.curriculum_schedule,

@@ -1,8 +1,8 @@
 """The ``diffusion`` trainer: MDLM / ADLM pretraining on raw text and SFT on reasoning tasks.
 
 Longer than ~400 lines on purpose: the data, model building and run hooks of one trainer (the
-objective and collation live in objectives.py and train/diffusion_data.py, the run skeleton in
-train/pipeline.py).
+objective and collation live in objectives.py and train/data/diffusion_data.py, the run skeleton in
+train/pipelines/skeleton.py).
 
     anchored-reasoning train diffusion_pretrain_tiny_adlm training.max_steps=200
     anchored-reasoning train diffusion_sft_prosqa_adlm data.train.n=2000
@@ -42,7 +42,7 @@ A recipe (YAML, see ``train/diffusion_*.yaml``)::
       bf16: auto                       # auto = bf16 on a CUDA GPU that supports it, fp32 elsewhere
 
 ``run`` validates every key before any work (unknown keys fail, naming the key), builds the
-tokenizer and model, trains with :class:`~anchored_reasoning.train.diffusion_trainer.DiffusionSFTTrainer`,
+tokenizer and model, trains with :class:`~anchored_reasoning.train.trainers.diffusion_trainer.DiffusionSFTTrainer`,
 and saves ``save_pretrained`` weights (loadable with ``AutoModelForMaskedLM`` after
 ``import anchored_reasoning.models``), the tokenizer, ``anchored_reasoning.json`` (SFT: method,
 options, task, backend ``diffusion``) and ``train_summary.json`` (log history, timing, the final
@@ -64,7 +64,7 @@ from typing import Any, Mapping, Sequence
 from anchored_reasoning.checkpoints import CHECKPOINT_META  # noqa: F401 - re-exported
 from anchored_reasoning.errors import ConfigError, DataError
 from anchored_reasoning.train import recipes as recipes_mod
-from anchored_reasoning.train.pipeline import Pipeline, Run, execute, parameters
+from anchored_reasoning.train.pipelines.skeleton import Pipeline, Run, execute, parameters
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def make_config(recipe: Mapping[str, Any], output_dir: Path):
     import torch
 
     from anchored_reasoning.train.checkpointing import with_save_defaults
-    from anchored_reasoning.train.diffusion_trainer import DiffusionSFTConfig
+    from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionSFTConfig
 
     training = with_save_defaults(recipe.get("training") or {})
     training.setdefault("seed", int(recipe.get("seed", 0)))
@@ -229,7 +229,7 @@ def build_model(model_cfg: Mapping[str, Any], tokenizer, seed: int):
 
 def pretrain_rows(recipe: Mapping[str, Any], tokenizer, max_positions: int):
     """Packed blocks of the recipe's ``data.text_file`` (training) and ``valid_text_file`` (eval)."""
-    from anchored_reasoning.train.diffusion_data import pack_token_blocks, packed_rows, read_text_documents, tokenize_documents
+    from anchored_reasoning.train.data.diffusion_data import pack_token_blocks, packed_rows, read_text_documents, tokenize_documents
 
     data = dict(recipe.get("data") or {})
     if not data.get("text_file"):
@@ -250,7 +250,7 @@ def pretrain_rows(recipe: Mapping[str, Any], tokenizer, max_positions: int):
 
 def sft_rows(examples, method, task_name, tokenizer, max_length: int, overlong: str, anchors: str | None, where: str):
     from anchored_reasoning.anchors import extract_anchors
-    from anchored_reasoning.train.diffusion_data import encode_sft_rows
+    from anchored_reasoning.train.data.diffusion_data import encode_sft_rows
 
     rows = []
     for ex in examples:
@@ -281,7 +281,7 @@ def sft_method(recipe: Mapping[str, Any], reject_anchored: bool = False):
 
 def sft_examples(recipe: Mapping[str, Any]):
     """(train, valid) examples of the recipe's ``data.train`` / ``data.valid``."""
-    from anchored_reasoning.train.data_sources import load_split
+    from anchored_reasoning.train.data.data_sources import load_split
 
     data, seed, task_name = dict(recipe.get("data") or {}), int(recipe.get("seed", 0)), recipe.get("task")
     train = load_split(data.get("train"), task_name, seed)
@@ -336,7 +336,7 @@ class DiffusionPipeline(Pipeline):
     def build(self, run: Run) -> None:
         from datasets import Dataset
 
-        from anchored_reasoning.train.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
+        from anchored_reasoning.train.trainers.diffusion_trainer import DiffusionCollator, DiffusionSFTTrainer
 
         recipe, config = run.recipe, run.config
         model_cfg = dict(recipe.get("model") or {})
@@ -346,7 +346,7 @@ class DiffusionPipeline(Pipeline):
         t0 = time.monotonic()
         method, train_examples, valid_examples = None, [], []
         if config.diffusion_mode == "sft":
-            from anchored_reasoning.train.separator import separator_warning
+            from anchored_reasoning.train.data.separator import separator_warning
 
             method = sft_method(recipe, reject_anchored=True)
             train_examples, valid_examples = sft_examples(recipe)
@@ -356,7 +356,7 @@ class DiffusionPipeline(Pipeline):
                 logger.warning(warning)
             texts = rendered_texts(train_examples, method, task_name)
         else:
-            from anchored_reasoning.train.diffusion_data import read_text_documents
+            from anchored_reasoning.train.data.diffusion_data import read_text_documents
 
             if not data.get("text_file"):
                 raise ConfigError("pretraining (training.diffusion_mode: pretrain) needs data.text_file")

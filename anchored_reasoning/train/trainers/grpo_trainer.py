@@ -2,7 +2,7 @@
 
     loss = TRL's GRPO loss (any loss_type)  +  gamma * CE(hidden state at each [ANT] slot -> its gold anchor)
 
-The anchor labels are the SFT collator's (:func:`anchored_reasoning.train.collate.tokenize_rendered`),
+The anchor labels are the SFT collator's (:func:`anchored_reasoning.train.data.collate.tokenize_rendered`),
 looked up per prompt in an :class:`AnchorTable`. ``compute_loss`` adds the term; the completion's
 per-token log-probabilities and the anchor log-probabilities come from ONE fused-head forward: the
 override of ``_get_per_token_logps_and_entropies`` writes each slot's anchor id into the pre-shifted
@@ -22,8 +22,8 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train.acot_trainer import _accelerator_available
-from anchored_reasoning.train.collate import IGNORE
+from anchored_reasoning.train.trainers.acot_trainer import _accelerator_available
+from anchored_reasoning.train.data.collate import IGNORE
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class AnchorTable:
 
     def add(self, prompt: str, anchors: Sequence[str], where: str = "") -> None:
         from anchored_reasoning.methods import Rendered
-        from anchored_reasoning.train.collate import tokenize_rendered
+        from anchored_reasoning.train.data.collate import tokenize_rendered
 
         if self.ant_id is None or not anchors:
             return

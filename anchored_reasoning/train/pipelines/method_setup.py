@@ -1,5 +1,5 @@
 """What a trained-style method needs around a causal LM and TRL's trainer, in one place for both ways in:
-the recipe path (:func:`anchored_reasoning.train.ar.run_with_examples`) and the Python API
+the recipe path (:func:`anchored_reasoning.train.pipelines.ar.run_with_examples`) and the Python API
 (``AnchoredSFTTrainer(model, processing_class=tok, method="acot", ...)``).
 
 * :func:`trained_method` -- the method object (a name is built in the ``trained`` style; ``acot`` and
@@ -101,8 +101,8 @@ def preflight(config: Any, method: Any, examples: Sequence[Any], task: str | Non
     """Before training: log the warnings about ``method``'s targets (steps a slot method keeps without a
     curriculum; steps joined otherwise than the backbone ``model_cfg["name"]`` read them) and refuse a
     curriculum that cannot fit the run's steps on ``examples``."""
-    from anchored_reasoning.train.curriculum import curriculum_plan_for
-    from anchored_reasoning.train.separator import separator_warning
+    from anchored_reasoning.train.callbacks.curriculum import curriculum_plan_for
+    from anchored_reasoning.train.data.separator import separator_warning
 
     for warning in (steps_kept_warning(method, bool(config.curriculum)),
                     separator_warning(method, model_cfg, options, examples, task)):
@@ -113,9 +113,9 @@ def preflight(config: Any, method: Any, examples: Sequence[Any], task: str | Non
 
 
 def anchored_collator(config: Any, tokenizer: Any, method: Any, task: str | None):
-    """The :class:`~anchored_reasoning.train.collate.AnchoredCollator` that renders ``method`` for training;
+    """The :class:`~anchored_reasoning.train.data.collate.AnchoredCollator` that renders ``method`` for training;
     with a curriculum it keeps each batch's rows, to re-render one prefetched before a stage switch."""
-    from anchored_reasoning.train.collate import AnchoredCollator
+    from anchored_reasoning.train.data.collate import AnchoredCollator
 
     return AnchoredCollator(tokenizer, method, task=task, ant_token=config.ant_token, max_length=config.max_length,
                             keep_rows=bool(config.curriculum))
@@ -127,7 +127,7 @@ def anchored_callbacks(config: Any, collator: Any, method: Any, tokenizer: Any =
     the time budget (``max_train_seconds``), the curriculum over the method's stages (``curriculum``, ...),
     and with ``generation_eval`` and ``valid_examples`` validation by greedy generation graded by ``task``
     (written under ``<output_dir>/validation``) that keeps the best weights (``keep_best``)."""
-    from anchored_reasoning.train.curriculum import CurriculumCallback, GenerationEvaluator, TimeBudgetCallback
+    from anchored_reasoning.train.callbacks.curriculum import CurriculumCallback, GenerationEvaluator, TimeBudgetCallback
 
     evaluator = None
     if config.generation_eval and valid_examples:
@@ -191,7 +191,7 @@ def assemble(*, model: Any, args: Any, data_collator: Any, train_dataset: Any, e
     (:func:`prepare_for_method`), the :func:`preflight` checks run, a list of Examples becomes a dataset,
     the collator and callbacks are built where not given. Bad input fails here, before any training."""
     from anchored_reasoning.methods.answers import task_name_of
-    from anchored_reasoning.train.curriculum import CurriculumCallback
+    from anchored_reasoning.train.callbacks.curriculum import CurriculumCallback
 
     task_name = task_name_of(task)
     if isinstance(model, (str, os.PathLike)):
@@ -230,17 +230,17 @@ def assemble(*, model: Any, args: Any, data_collator: Any, train_dataset: Any, e
         preflight(args, built, train_examples, task_name, model_cfg,
                   dict(method_options or {}) if isinstance(method, str) else built.options)
     elif args.curriculum and train_dataset is not None:  # a curriculum that cannot fit fails before training
-        from anchored_reasoning.train.curriculum import curriculum_plan_for
+        from anchored_reasoning.train.callbacks.curriculum import curriculum_plan_for
 
         curriculum_plan_for(args, built, len(train_dataset))
     prepare_for_method(model, processing_class, built.added_tokens, built.added_token_inits)
     if train_examples is not None:
-        from anchored_reasoning.train.collate import check_anchor_labels, examples_dataset
+        from anchored_reasoning.train.data.collate import check_anchor_labels, examples_dataset
 
         check_anchor_labels(processing_class, built, train_examples, task_name)  # an empty anchor fails here
         out["train_dataset"] = examples_dataset(train_examples)
     if valid_examples is not None:
-        from anchored_reasoning.train.collate import examples_dataset
+        from anchored_reasoning.train.data.collate import examples_dataset
 
         out["eval_dataset"] = examples_dataset(valid_examples)
     if data_collator is None:

@@ -123,13 +123,13 @@ def apply_overrides(recipe: Mapping[str, Any], overrides: Iterable[str]) -> dict
 def validate(recipe: Mapping[str, Any], trainer: str = "ar") -> Any:
     """Build ``trainer``'s recipe sections (:mod:`.recipe_sections`) from ``recipe``: the first unknown key
     raises a ConfigError naming its dotted path and a close match. Keys starting with ``_`` are internal."""
-    from anchored_reasoning.train.recipe_sections import build, recipe_class
+    from anchored_reasoning.train.recipes.sections import build, recipe_class
 
     return build(recipe_class(trainer), recipe)
 
 
 def _kinds() -> tuple[str, ...]:
-    from anchored_reasoning.train.recipe_sections import RECIPES
+    from anchored_reasoning.train.recipes.sections import RECIPES
 
     return tuple(RECIPES)
 
@@ -141,13 +141,13 @@ def resolve(
 ) -> dict[str, Any]:
     """Load (if a name/path), apply overrides, build the trainer's recipe sections (an unknown key fails,
     :func:`validate`) and check every value's type
-    and range (:func:`~anchored_reasoning.train.recipe_values.check_values`). Returns the final recipe dict,
+    and range (:func:`~anchored_reasoning.train.recipes.values.check_values`). Returns the final recipe dict,
     with number strings such as YAML 1.1's ``1e-3`` made numbers.
 
     With ``trainer``, a recipe that names another trainer is refused (a missing ``trainer:`` key is taken
     to mean this one); without, the recipe's own ``trainer:`` (default ``ar``) picks the value specs."""
     from anchored_reasoning.models.zoo import check_model_reference
-    from anchored_reasoning.train.recipe_values import check_values
+    from anchored_reasoning.train.recipes.values import check_values
 
     recipe = load_recipe(name_or_path) if not isinstance(name_or_path, Mapping) else dict(name_or_path)
     recipe = apply_overrides(recipe, list(overrides))

@@ -1,6 +1,6 @@
 """Recipe values: the type and range of every recipe key, checked before any data or model loads.
 
-:func:`check_values` walks a recipe whose keys :func:`~anchored_reasoning.train.recipe_sections.build` has
+:func:`check_values` walks a recipe whose keys :func:`~anchored_reasoning.train.recipes.sections.build` has
 accepted and refuses the first value of the wrong type or out of range with a :class:`ConfigError`
 that names the key, the value and what the key accepts::
 
@@ -34,8 +34,8 @@ from typing import Any, Mapping
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.train import TRAINERS
-from anchored_reasoning.train.recipe_sections import TRAINING_CONFIGS
-from anchored_reasoning.train.value_spec import (
+from anchored_reasoning.train.recipes.sections import TRAINING_CONFIGS
+from anchored_reasoning.train.recipes.value_spec import (
     Value,
     choice,
     from_annotation,
@@ -86,7 +86,7 @@ TRAINING_RANGES: dict[str, dict[str, Any]] = {
     **{k: {"low": 0, "low_open": True, "high": 1} for k in ("top_p", "vllm_gpu_memory_utilization")},
     **{k: {"low": 1, "high": 65535} for k in ("vllm_server_port", "vllm_group_port")},
     "vllm_mode": {"choices": ("server", "colocate")},
-    # ours: AnchoredSFTConfig (train/acot_trainer.py), AnchoredGRPOConfig, DiffusionGRPOConfig
+    # ours: AnchoredSFTConfig (train/trainers/acot_trainer.py), AnchoredGRPOConfig, DiffusionGRPOConfig
     **{k: {"low": 0} for k in ("gamma", "num_anchor_slots", "curriculum_first_stage", "curriculum_min_steps_per_stage",
                                "best_from_stage")},
     **{k: {"low": 0, "low_open": True} for k in ("epochs_per_stage", "curriculum_epochs", "max_train_seconds",
@@ -96,7 +96,7 @@ TRAINING_RANGES: dict[str, dict[str, Any]] = {
     "curriculum_schedule": {"choices": ("epochs", "fraction")},
     "stage_fraction": {"low": 0, "low_open": True, "high": 1},
     "prompt_mask_ratio": {"low": 0, "high": 1, "high_open": True},
-    # DiffusionSFTConfig (train/diffusion_trainer.py), TADMTrainingConfig (train/tadm.py)
+    # DiffusionSFTConfig (train/trainers/diffusion_trainer.py), TADMTrainingConfig (train/pipelines/tadm.py)
     "diffusion_mode": {"choices": ("sft", "pretrain")},
     "loss_normalization": {"choices": ("sequence", "token")},
     "anchor_gamma": {"low": 0},
@@ -173,12 +173,12 @@ def _presets(trainer: str) -> tuple[str, ...]:
     if trainer in ("diffusion", "tadm"):
         from anchored_reasoning.models import PRESETS
     else:
-        from anchored_reasoning.train.model_presets import MODEL_PRESETS as PRESETS
+        from anchored_reasoning.train.pipelines.model_presets import MODEL_PRESETS as PRESETS
     return tuple(PRESETS)
 
 
 def data_source_spec() -> dict[str, Any]:
-    """One ``data.<part>`` section, or one source of its ``mix`` (train/data_sources.py)."""
+    """One ``data.<part>`` section, or one source of its ``mix`` (train/data/data_sources.py)."""
     from anchored_reasoning.generators.traces import TRACE_ORDERS
 
     source: dict[str, Any] = {
@@ -291,7 +291,7 @@ def _check_method(recipe: Mapping[str, Any], trainer: str) -> None:
     if trainer == "grpo" or not cfg.get("name"):
         return
     from anchored_reasoning.methods import get_method
-    from anchored_reasoning.train.method_setup import slot_options
+    from anchored_reasoning.train.pipelines.method_setup import slot_options
 
     slots = (recipe.get("training") or {}).get("num_anchor_slots") if trainer == "ar" else None
     options = slot_options(cfg["name"], cfg.get("options"), slots, explicit=True)  # the one rule for k

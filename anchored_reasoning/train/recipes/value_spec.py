@@ -1,6 +1,6 @@
 """What a config key accepts (:class:`Value`), written by hand or read from a dataclass field's type
 (:func:`from_annotation`), the check of one value against it, and the error that names the key, the value
-and what it accepts. :mod:`anchored_reasoning.train.recipe_values` holds the recipe's specs."""
+and what it accepts. :mod:`anchored_reasoning.train.recipes.values` holds the recipe's specs."""
 from __future__ import annotations
 
 import dataclasses
