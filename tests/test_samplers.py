@@ -262,3 +262,61 @@ def test_every_native_model_type_loads_without_an_adapter(tmp_path):
     model.save_pretrained(tmp_path)
     loaded = load_masked_diffusion_model(str(tmp_path))
     assert isinstance(loaded, DiffusionPreTrainedModel) and type(loaded) is MDLM
+
+
+def _left_pad(rows):
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    am = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):], am[i, width - len(r):] = torch.tensor(r), 1
+    return ids, am
+
+
+@pytest.mark.parametrize("opts", [{"remasking": "low_confidence"}, {"remasking": "threshold", "threshold": 0.05},
+                                  {"remasking": "low_confidence", "kv_cache": "prefix"},
+                                  {"remasking": "low_confidence", "kv_cache": "dual"}])
+def test_a_left_padded_mixed_length_batch_gives_the_texts_of_one_at_a_time(opts):
+    model = tiny(MDLM)
+    gen = torch.Generator().manual_seed(1)
+    rows = [torch.randint(4, V, (n,), generator=gen).tolist() for n in (3, 9, 5, 7, 4, 8)]
+    cfg = SamplerConfig(steps=12, gen_length=12, block_length=4, **opts)
+    ids, am = _left_pad(rows)
+    batched, _ = sample(model, ids, cfg, attention_mask=am)
+    for i, r in enumerate(rows):
+        alone, _ = sample(model, torch.tensor([r]), cfg)
+        assert batched[i, ids.shape[1]:].tolist() == alone[0, len(r):].tolist(), (opts, i)
+
+
+class _SureWhenLong(torch.nn.Module):
+    """Predicts token 5 everywhere: surely for rows with long prompts (threshold decoding reveals their block in one
+    step), uniformly unsure for short ones (one position per step). Records each call's row count."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = type("C", (), {"mask_token_id": MASK, "max_position_embeddings": 64})()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.calls = []
+
+    def forward(self, input_ids, attention_mask=None):
+        self.calls.append(input_ids.shape[0])
+        real = attention_mask.sum(-1) if attention_mask is not None else torch.full((input_ids.shape[0],), input_ids.shape[1])
+        logits = torch.zeros(*input_ids.shape, V)
+        logits[..., 5] = torch.where(real > 16, 20.0, 1.0)[:, None]
+        return type("O", (), {"logits": logits})()
+
+
+def test_rows_whose_block_is_done_skip_the_model():
+    model = _SureWhenLong()
+    ids, am = _left_pad([[7] * 2, [7] * 9, [7] * 2])  # with 12 generated: two short rows (14 positions), one long (21)
+    cfg = SamplerConfig(remasking="threshold", threshold=0.9, steps=12, gen_length=12, block_length=4)
+    out, stats = sample(model, ids, cfg, attention_mask=am)
+    # the long row's block is done after the first call of each block; the block's other 3 calls run the short rows
+    assert model.calls == [3, 2, 2, 2] * 3 and stats.nfe == 12 and stats.model_rows == 27
+    assert (out[:, ids.shape[1]:] == 5).all()
+    alone, _ = sample(model, torch.tensor([[7] * 2]), cfg)
+    assert out[0, ids.shape[1]:].tolist() == alone[0, 2:].tolist()
+    # sampling (temperature > 0) keeps every row in every call: its draws never depend on which rows ran
+    model.calls.clear()
+    sample(model, ids, cfg.replace(temperature=1.0), attention_mask=am)
+    assert set(model.calls) == {3}

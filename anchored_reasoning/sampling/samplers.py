@@ -31,7 +31,10 @@ mask token is always excluded here). By default :func:`make_model_fn` calls
 Fast-dLLM's approximate KV cache: a full pass at each block's start, then only the block (and, for
 "prefix", the masked suffix) is recomputed; it composes with ``anchor_refresh_every``. A block-aware
 ``model_fn`` gets ``start_block(start, end)`` before each block and may return logits from
-position ``logits_offset`` on. The model is only called at steps that reveal at least one token.
+position ``logits_offset`` on. The model is only called at steps that reveal at least one token, and
+(greedy, default ``model_fn``) only on the rows that still hold masks in the current block: in a batch, a
+row whose block is done (threshold decoding finishes rows at different steps; a row filled after EOS)
+costs nothing until the next block.
 
 **EOS.** Generation always fills all ``gen_length`` positions; cut the text at the first EOS
 afterwards. With ``stop_at_eos=True`` (needs ``eos_token_id``), at each block boundary a row whose
@@ -134,7 +137,7 @@ class SamplerConfig:
 class SampleStats:
     """Per sampler step (one entry per step, one number per row): tokens revealed (mask -> token)
     and re-masked (token -> mask, ReMDM only); whether the step could re-mask; its block.
-    ``nfe`` counts model calls. For every row, ``sum(revealed) - sum(remasked) + filled_after_eos``
+    ``nfe`` counts model calls, ``model_rows`` the rows they ran. For every row, ``sum(revealed) - sum(remasked) + filled_after_eos``
     equals ``gen_length``."""
 
     gen_length: int
@@ -145,6 +148,7 @@ class SampleStats:
     block_of_step: list[int] = field(default_factory=list)
     filled_after_eos: list[int] = field(default_factory=list)
     nfe: int = 0
+    model_rows: int = 0  # rows the model ran on, summed over calls (rows whose block is done are skipped)
     seconds: float = 0.0
     anchor_rows: int | None = None  # rows the anchor network ran on, summed over model calls (anchor cache only)
     row_calls: int | None = None  # rows x model calls (anchor cache only)
@@ -189,10 +193,12 @@ def model_info(model: Any) -> tuple[int, int | None]:
 def make_model_fn(model: Any, attention_mask: torch.Tensor | None = None) -> ModelFn:
     """The default ``model_fn``: one full forward pass per call, returning ``.logits``."""
 
-    def fn(z: torch.Tensor, step: int) -> torch.Tensor:
-        out = model(input_ids=z, attention_mask=attention_mask)
+    def fn(z: torch.Tensor, step: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+        mask = attention_mask if rows is None or attention_mask is None else attention_mask[rows]
+        out = model(input_ids=z, attention_mask=mask)
         return out.logits if hasattr(out, "logits") else (out[0] if isinstance(out, (tuple, list)) else out)
 
+    fn.takes_rows = True  # z may be a subset of the batch's rows (``rows``, their indices): see _run_block
     return fn
 
 
@@ -337,10 +343,18 @@ def _run_block(fn, x, start, end, n_steps, block, step, mask_id, cfg, gen, stats
 
         def predict():  # at most one model call (and one draw of tokens) per step
             if not cache:
-                logits = fn(x, step)
-                off = getattr(fn, "logits_offset", 0)  # a KV-cached fn returns positions off.. only
-                cache.append(_predict(logits[:, start - off:end - off], mask_id, cfg, gen))
+                rows = _rows_to_run(fn, masked, cfg)
+                if rows is None:
+                    logits = fn(x, step)
+                    off = getattr(fn, "logits_offset", 0)  # a KV-cached fn returns positions off.. only
+                    cache.append(_predict(logits[:, start - off:end - off], mask_id, cfg, gen))
+                else:  # rows with no mask left in the block keep their tokens: the model runs the others only
+                    tokens, conf = _predict(fn(x[rows], step, rows=rows)[:, start:end], mask_id, cfg, gen)
+                    all_tokens, all_conf = x[:, region].clone(), torch.zeros(masked.shape, dtype=conf.dtype, device=x.device)
+                    all_tokens[rows], all_conf[rows] = tokens, conf
+                    cache.append((all_tokens, all_conf))
                 stats.nfe += 1
+                stats.model_rows += x.shape[0] if rows is None else len(rows)
             return cache[0]
 
         if cfg.remasking == "ancestral":
@@ -384,6 +398,16 @@ def _run_block(fn, x, start, end, n_steps, block, step, mask_id, cfg, gen, stats
     if (x[:, region] == mask_id).any():  # cannot happen with valid settings; never return masks silently
         raise RuntimeError(f"sampler {cfg.remasking!r} left masked positions in block {block}")
     return step
+
+
+def _rows_to_run(fn, masked: torch.Tensor, cfg: SamplerConfig) -> torch.Tensor | None:
+    """Indices of the rows that still hold masks in the block when some do not and ``fn`` can run a subset of
+    rows (the default model_fn; greedy only, so no random draw depends on which rows ran); else None (all).
+    A finished row's logits would change nothing: its tokens are committed."""
+    if not getattr(fn, "takes_rows", False) or cfg.temperature != 0:
+        return None
+    active = masked.any(-1)
+    return None if bool(active.all()) else active.nonzero().flatten()
 
 
 def _top_k_mask(score: torch.Tensor, allowed: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
