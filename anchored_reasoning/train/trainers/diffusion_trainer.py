@@ -217,6 +217,7 @@ class DiffusionSFTTrainer(SFTTrainer):
                 "Use model.arch: adlm, or set anchored: false for plain NELBO training")
 
     def current_gamma(self) -> float:
+        """The anchor loss weight at this step: ``anchor_gamma`` after the warm-up (``gamma_warmup_ratio``), 0 unless ``anchored``."""
         cfg: DiffusionSFTConfig = self.args  # type: ignore[assignment]
         if not cfg.anchored:
             return 0.0
