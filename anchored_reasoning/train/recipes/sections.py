@@ -28,6 +28,8 @@ TRAINING_CONFIGS: dict[str, str] = {
     "diffusion": "anchored_reasoning.train.trainers.diffusion_trainer:DiffusionSFTConfig",
     "tadm": "anchored_reasoning.train.trainers.tadm_trainer:TADMTrainingConfig",
     "grpo": "anchored_reasoning.train.trainers.diffusion_grpo:DiffusionGRPOConfig",
+    # value checks only: its keys are checked by tadm_gemma_data.check_recipe until it moves onto RECIPES
+    "tadm_gemma": "anchored_reasoning.train.tadm_gemma:TADMGemmaConfig",
 }
 
 
