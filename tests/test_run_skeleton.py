@@ -49,6 +49,17 @@ def test_a_run_applies_the_overrides_and_builds_its_config_once(tmp_path, monkey
     assert summary["recipe"]["training"]["max_steps"] == 1 and summary["global_steps"] == 1
 
 
+def test_the_train_command_leaves_the_overrides_to_the_one_resolve(monkeypatch, capsys):
+    from anchored_reasoning.cli import main
+
+    calls = []
+    apply = recipes.apply_overrides
+    monkeypatch.setattr(recipes, "apply_overrides", lambda *a, **kw: calls.append(a) or apply(*a, **kw))
+    assert main(["train", "tiny_test", "--dry-run", "training.learning_rate=3e-4", "trainer=ar"]) == 0
+    assert len(calls) == 1
+    assert json.loads(capsys.readouterr().out)["training"]["learning_rate"] == 3e-4
+
+
 @pytest.mark.parametrize("trainer", sorted(RECIPES))
 def test_an_unknown_key_in_every_section_fails_at_construction_with_a_close_match(trainer):
     cls = recipe_class(trainer)

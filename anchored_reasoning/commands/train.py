@@ -43,10 +43,10 @@ def register(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from anchored_reasoning.train import TRAINERS, get_trainer
-    from anchored_reasoning.train.recipes import apply_overrides, load_recipe, resolve
+    from anchored_reasoning.train.recipes import load_recipe, resolve, trainer_name as read_trainer
 
     recipe = load_recipe(args.recipe)
-    trainer_name = apply_overrides(recipe, args.overrides).get("trainer")
+    trainer_name = read_trainer(recipe, args.overrides)  # the overrides are applied once, by the trainer's resolve
     if not trainer_name:
         raise ConfigError(f"recipe {recipe.get('_source', args.recipe)} has no 'trainer:' key "
                           f"({', '.join(TRAINERS)})")

@@ -92,6 +92,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def trainer_name(recipe: Mapping[str, Any], overrides: Iterable[str]) -> Any:
+    """The recipe's ``trainer:`` after the overrides (the last ``trainer=`` wins), without applying them:
+    the trainer's own resolve applies them, once."""
+    name = recipe.get("trainer")
+    for text in overrides:
+        keys, value = parse_override(text)
+        if keys == ["trainer"]:
+            name = value
+    return name
+
+
 def _maybe_number(text: str) -> Any:
     """YAML reads ``1e-3`` as a string (it wants ``1.0e-3``); recipes mean the number."""
     try:
