@@ -268,7 +268,9 @@ def evaluate(ckpt: str, examples: list, out_dir: Path, max_new_tokens: int, task
     bars, the finished samples counted there."""
     from anchored_reasoning.backends import get_backend
     from anchored_reasoning.eval.probes import accuracy_by
-    from anchored_reasoning.eval.runner import build_method, load_records, run_eval
+    from anchored_reasoning.eval.methods import build_method
+    from anchored_reasoning.eval.records import load_records
+    from anchored_reasoning.eval.runner import run_eval
 
     backend = get_backend("hf", ckpt, batch_size=64, device="cpu")
     method = build_method(None, ckpt)
@@ -295,7 +297,7 @@ def probe(ckpt: str, swapped: list, out_dir: Path, max_new_tokens: int, hops: di
           status: MethodStatus | None = None) -> dict[str, Any]:
     """The binding probe of one checkpoint: the swapped problems evaluated, paired with the originals."""
     from anchored_reasoning.eval.probes import probe_summary
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
 
     swap = evaluate(ckpt, swapped, out_dir / "eval_swapped", max_new_tokens, status=status)
     figures = probe_summary(load_records(out_dir / "eval_generated" / "records.jsonl"), load_records(swap["records"]), hops)

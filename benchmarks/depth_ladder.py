@@ -128,7 +128,7 @@ def parse_args(argv=None):
 def run_one(label: str, seed: int, train: list, held: list, swapped: list, hops: dict[str, int], args) -> dict[str, Any]:
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import chain_summary
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
     from anchored_reasoning.train.pipelines import ar
 
     name, options, curriculum = METHODS[label]

@@ -122,7 +122,7 @@ def held_out(args) -> list:
 def evaluate(model, tok, method, examples, sampler: dict, out_dir: Path, args) -> tuple[dict, list[bool], float]:
     """:func:`timed_pass` with these sampler options (``anchor_refresh_every``, ``block_length``,
     ``kv_cache``); (summary, per-problem correctness in order, wall seconds)."""
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
 
     summary, secs = timed_pass(model, tok, method, examples, out_dir, gen_length=args.window,
                                batch_size=args.eval_batch, **sampler)
@@ -152,7 +152,7 @@ def run_main(args) -> int:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from anchored_reasoning.eval.choice import masked_choice
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
     from anchored_reasoning.models import TADM
 
     torch.set_num_threads(args.threads)

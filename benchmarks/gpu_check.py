@@ -65,7 +65,7 @@ def device(args) -> str:
 
 
 def gsm8k_prompts(n: int):
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
     from anchored_reasoning.tasks import get_task
     from anchored_reasoning.types import Example
 

@@ -165,7 +165,8 @@ def evaluate(ckpt: Path, out: Path, args: argparse.Namespace) -> Path:
     """Greedy evaluation through the evaluation runner (what ``anchored-reasoning eval`` does)."""
     from anchored_reasoning.backends import get_backend
     from anchored_reasoning.checkpoints import read_checkpoint_meta
-    from anchored_reasoning.eval.runner import build_method, run_eval
+    from anchored_reasoning.eval.methods import build_method
+    from anchored_reasoning.eval.runner import run_eval
 
     meta = read_checkpoint_meta(ckpt) or {}
     if (out / "summary.json").is_file():

@@ -159,7 +159,7 @@ def real_test(run_dir: Path, n: int, method: str) -> dict[str, Any]:
     """The model of ``run_dir`` graded greedily on the real ProntoQA test (first ``n``), with the shortcut
     rule's accuracy on the same problems beside it and the written proofs read against the gold."""
     from anchored_reasoning import demo
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
     from anchored_reasoning.generators.prontoqa_shortcuts import rule_scores
     from anchored_reasoning.tasks import get_task
 
@@ -213,7 +213,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import probe_summary, prontoqa_polarity_examples
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
     from anchored_reasoning.generators.prontoqa import generate_dataset
     from anchored_reasoning.machine import machine_info
     from anchored_reasoning.train.data.data_sources import load_split

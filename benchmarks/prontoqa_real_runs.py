@@ -56,7 +56,7 @@ def _pair(seed: int, mine: dict[str, int], theirs: dict[str, int]) -> dict[str, 
 
 
 def grade_run(run: Path, mirror: dict[str, Any], label: str | None = None) -> dict[str, Any]:
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
 
     config = json.loads((run / "run_config.json").read_text())
     recipe = config["recipe"]

@@ -254,7 +254,7 @@ def gold_tokens(run: Path, recipe: dict[str, Any], test: list, trace: str) -> di
 def grade_run(run: Path, heldout_n: int, limit: int | None = None) -> dict[str, Any]:
     from anchored_reasoning import demo
     from anchored_reasoning.eval.probes import accuracy_by, binding_probe_examples, hops_of, probe_summary
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
     from anchored_reasoning.tasks import get_task
     from anchored_reasoning.train.data.data_sources import load_split
 

@@ -249,7 +249,7 @@ def prosqa_phase(args) -> dict:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from anchored_reasoning.demo import DEMO_SIZE, DemoSettings, make_data, real_test
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
 
     settings = DemoSettings(seed=args.prosqa_seed, train_n=args.prosqa_train_n, eval_n=args.prosqa_eval_n,
                             real_n=args.prosqa_real_n, trace="forward")

@@ -35,7 +35,7 @@ ENGINES = ("hf", "vllm-bf16", "vllm-fp32", "vllm-serve", "transformers-serve")
 
 
 def prompts_for(n: int):
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
     from anchored_reasoning.tasks import get_task
 
     task, method = get_task("gsm8k"), build_method("cot")

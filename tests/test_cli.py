@@ -17,7 +17,7 @@ import pytest
 from anchored_reasoning.cli import main
 from anchored_reasoning.commands.eval import parse_key_values
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.eval.runner import load_records
+from anchored_reasoning.eval.records import load_records
 from anchored_reasoning.testing import make_tiny_causal_lm
 
 DATA = os.environ.get("ANCHORED_REASONING_DATA")
@@ -58,13 +58,41 @@ def test_eval_needs_task_model_out(capsys):
 
 
 def test_suite_seam(monkeypatch, tmp_path, capsys):
+    """A suite gets only the flags the user gave, as a plain mapping: a flag left out does not override."""
     seen = {}
+
+    def run_suite(path, overrides, progress=True):
+        seen.update(path=path, overrides=overrides, progress=progress)
+        return {"suite": "s", "out": tmp_path, "runs": [], "summaries": [], "table": "| table |\n", "compare": None}
     module = types.ModuleType("anchored_reasoning.eval.suites")
     module.__spec__ = importlib.machinery.ModuleSpec("anchored_reasoning.eval.suites", None)
-    module.run_suite = lambda path, args: seen.update(path=path, limit=args.limit) or 0
+    module.run_suite = run_suite
     monkeypatch.setitem(sys.modules, "anchored_reasoning.eval.suites", module)
-    assert main(["eval", str(tmp_path / "suite.yaml"), "--limit", "3"]) == 0
-    assert seen == {"path": str(tmp_path / "suite.yaml"), "limit": 3}
+    assert main(["eval", str(tmp_path / "suite.yaml"), "--limit", "3", "--seed", "0", "--no-progress"]) == 0
+    assert seen == {"path": str(tmp_path / "suite.yaml"), "overrides": {"limit": 3, "seed": 0}, "progress": False}
+    assert capsys.readouterr().out.startswith("| table |")
+
+
+class SeededBackend:
+    def __init__(self, model, seed=0, depth=1):
+        self.seed, self.depth = seed, depth
+
+
+class UnseededBackend:
+    def __init__(self, model, depth=1):
+        self.depth = depth
+
+
+def test_build_backend_passes_the_seed_where_taken(monkeypatch):
+    from anchored_reasoning import backends
+
+    monkeypatch.setitem(backends._BACKENDS, "seeded", f"{__name__}:SeededBackend")
+    monkeypatch.setitem(backends._BACKENDS, "unseeded", f"{__name__}:UnseededBackend")
+    assert vars(backends.build_backend("seeded", "m", seed=3, depth=2)) == {"seed": 3, "depth": 2}
+    assert vars(backends.build_backend("seeded", "m")) == {"seed": 0, "depth": 1}  # no seed: the backend's default
+    assert vars(backends.build_backend("unseeded", "m", seed=3, depth=2)) == {"depth": 2}  # takes no seed
+    with pytest.raises(ConfigError, match=r"backend 'unseeded' does not accept these options \['depht'\].*--backend-arg"):
+        backends.build_backend("unseeded", "m", seed=3, depht=2)
 
 
 def test_backend_options_are_checked(tiny, tmp_path, capsys):

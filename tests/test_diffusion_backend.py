@@ -165,7 +165,9 @@ def test_bad_options(tok):
 def test_prosqa_sft_then_runner_end_to_end(tmp_path):
     """A tiny ADLM fine-tuned (ANELBO) on generated ProsQA, evaluated through the runner, resumed."""
     from anchored_reasoning.backends import get_backend
-    from anchored_reasoning.eval.runner import build_method, load_records, run_eval
+    from anchored_reasoning.eval.methods import build_method
+    from anchored_reasoning.eval.records import load_records
+    from anchored_reasoning.eval.runner import run_eval
     from anchored_reasoning.train.data.data_sources import generate_examples
     from anchored_reasoning.train.pipelines.diffusion import run
 

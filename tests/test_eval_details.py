@@ -13,7 +13,9 @@ import pytest
 from anchored_reasoning.cli import main
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.eval.regrade import regrade_run
-from anchored_reasoning.eval.runner import RECORDS, load_records, method_for_backend, run_eval
+from anchored_reasoning.eval.methods import method_for_backend
+from anchored_reasoning.eval.records import RECORDS, load_records
+from anchored_reasoning.eval.runner import run_eval
 from anchored_reasoning.generators.prosqa import write_json
 from anchored_reasoning.methods import get_method, list_methods
 from anchored_reasoning.methods.prompting import CoT

@@ -112,7 +112,7 @@ def _args(out, **over):
 def test_trainer_with_a_method_name_trains_saves_and_evaluates_in_its_trained_format(tiny_path, tmp_path):
     import torch
 
-    from anchored_reasoning.eval.runner import method_for_backend
+    from anchored_reasoning.eval.methods import method_for_backend
     from anchored_reasoning.methods.anchored import ANT, SPECIAL_TOKENS
     from anchored_reasoning.tasks import get_task
     from anchored_reasoning.train.data.collate import AnchoredCollator

@@ -152,7 +152,8 @@ def test_checkpoint_evaluates_through_the_runner_with_its_training_format(tmp_pa
     import torch
 
     from anchored_reasoning.backends import get_backend
-    from anchored_reasoning.eval.runner import build_method, run_eval
+    from anchored_reasoning.eval.methods import build_method
+    from anchored_reasoning.eval.runner import run_eval
     from anchored_reasoning.generators.prosqa import generate_dataset
     from anchored_reasoning.train import get_trainer
 

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from anchored_reasoning.errors import ConfigError, ResumeError
-from anchored_reasoning.eval.runner import build_method, load_records, run_eval
+from anchored_reasoning.eval.methods import build_method
+from anchored_reasoning.eval.records import load_records
+from anchored_reasoning.eval.runner import run_eval
 from anchored_reasoning.methods.prompting import CoT, NoCoT
 from anchored_reasoning.types import Completion, Example, Grade, SamplingSpec
 
@@ -169,7 +171,7 @@ def test_config_mismatch_is_refused(tmp_path, change):
 def test_a_run_recorded_before_an_option_existed_resumes_under_its_default(tmp_path):
     """A method option added later (``backup_marker``, default ``word``) is absent from an older run's
     config.json: asking for the default resumes that run, asking for another value is refused."""
-    from anchored_reasoning.eval.runner import check_resume
+    from anchored_reasoning.eval.records import check_resume
     from anchored_reasoning.methods import get_method
 
     def config(**options):

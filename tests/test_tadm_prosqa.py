@@ -71,7 +71,7 @@ def test_the_benchmarks_timed_pass_grades_every_problem_and_reports_the_anchor_r
 
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
     from anchored_reasoning.generators.prosqa import generate_dataset
     from benchmarks import diffusion_reasoning as dr
     from benchmarks import tadm_speed

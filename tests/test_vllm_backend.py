@@ -221,7 +221,7 @@ def real(fn):
 
 @pytest.fixture(scope="module")
 def gsm8k_prompts():
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
     from anchored_reasoning.tasks import get_task
     from anchored_reasoning.types import Example
 

@@ -3,8 +3,8 @@
     anchored-reasoning eval --task gsm8k --model smollm2-135m --method cot --limit 20 --out runs/gsm8k-cot
 
 Rerunning the same command into the same ``--out`` resumes (finished samples are kept).
-``anchored-reasoning eval SUITE.yaml`` runs an evaluation suite (handled by
-``anchored_reasoning.eval.suites`` where that module is installed).
+``anchored-reasoning eval SUITE.yaml`` runs an evaluation suite (``anchored_reasoning.eval.suites``, where
+that module is installed); the flags given then override the suite file's settings.
 """
 from __future__ import annotations
 
@@ -23,26 +23,49 @@ from anchored_reasoning.options import parse_key_values
 log = logging.getLogger(__name__)
 
 
-def build_backend(args: argparse.Namespace):
-    """The backend named by ``--backend`` with options from the flags and ``--backend-arg``."""
-    from anchored_reasoning.backends import get_backend
+#: flags that set a run's settings (run_eval keywords, suite run settings); a flag left out is absent, so
+#: run_eval's default or the suite file's value applies
+RUN_FLAGS = ("split", "limit", "n", "seed", "temperature", "top_p", "max_new_tokens", "stop", "data_dir")
+#: flags a suite takes as overrides besides the run settings (task / method filter its runs)
+SUITE_FLAGS = ("model", "backend", "out", "task", "method")
 
+
+def backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The backend's options: ``--backend-arg KEY=VALUE`` pairs, with ``--batch-size``, ``--base-url`` and
+    ``--api-key-env`` where given."""
     options = parse_key_values(args.backend_arg, "--backend-arg")
-    if args.batch_size is not None:
-        options["batch_size"] = args.batch_size
-    if args.base_url is not None:
-        options["base_url"] = args.base_url
-    if args.api_key_env is not None:
-        options["api_key_env"] = args.api_key_env
-    try:
-        try:
-            return get_backend(args.backend, args.model, seed=args.seed, **options)
-        except TypeError as exc:
-            if "seed" not in str(exc):
-                raise
-            return get_backend(args.backend, args.model, **options)  # this backend takes no seed
-    except TypeError as exc:
-        raise ConfigError(f"backend {args.backend!r} does not accept these options {sorted(options)}: {exc}") from None
+    for flag in ("batch_size", "base_url", "api_key_env"):
+        if getattr(args, flag) is not None:
+            options[flag] = getattr(args, flag)
+    return options
+
+
+def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run settings the user gave on the command line, as run_eval keywords."""
+    return {flag: getattr(args, flag) for flag in RUN_FLAGS if getattr(args, flag) is not None}
+
+
+def suite_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags the user gave, as ``run_suite``'s overrides of the suite file."""
+    overrides = {**run_settings(args), **{f: getattr(args, f) for f in SUITE_FLAGS if getattr(args, f) is not None}}
+    options = backend_options(args)
+    if options:
+        overrides["backend_args"] = options
+    return overrides
+
+
+def _run_suite(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("anchored_reasoning.eval.suites") is None:
+        raise ConfigError(f"eval suites are not available in this installation (asked for {args.suite})")
+    suites = importlib.import_module("anchored_reasoning.eval.suites")
+    result = suites.run_suite(args.suite, suite_overrides(args), progress=not args.no_progress)
+    print(result["table"], end="")
+    if result["compare"] is not None:
+        print("\nPaired tests (shared examples):")
+        print(result["compare"]["tests_markdown"], end="")
+        print(f"comparison in {Path(result['out']) / 'compare'}")
+    print(f"suite {result['suite']}: {len(result['runs'])} runs in {os.path.abspath(result['out'])}")
+    return 0
 
 
 def _choose_backend(args: argparse.Namespace, local: str | None) -> None:
@@ -65,13 +88,15 @@ def check_before_loading(args: argparse.Namespace, task: Any, method_options: di
     ``--method`` name, the ``--model`` reference (missing path, mistyped alias) and the backend that fits
     the checkpoint. Returns the method when it is already known (a local checkpoint or a ``--method``
     name), else None (an alias or Hub id may carry its own metadata, read once it is resolved)."""
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
+    from anchored_reasoning.eval.runner import DEFAULT_SPLIT
     from anchored_reasoning.methods import list_methods
     from anchored_reasoning.models.zoo import ALIASES, check_model_reference
 
     splits = [str(s) for s in (getattr(task, "splits", None) or [])]
-    if splits and args.split not in splits:
-        raise ConfigError(f"task {args.task!r} has no split {args.split!r}; --split takes one of: {', '.join(splits)}")
+    split = args.split or DEFAULT_SPLIT
+    if splits and split not in splits:
+        raise ConfigError(f"task {args.task!r} has no split {split!r}; --split takes one of: {', '.join(splits)}")
     for flag, value in (("--limit", args.limit), ("--n", args.n)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} {value}: must be >= 1" + (" (omit it for the whole split)" if flag == "--limit" else ""))
@@ -98,41 +123,23 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "confirm_run_unsafe_code", False):  # read by the code sandbox (docs/sandbox.md)
         os.environ["ANCHORED_REASONING_ALLOW_UNISOLATED_CODE"] = "1"
     if args.suite:
-        if importlib.util.find_spec("anchored_reasoning.eval.suites") is None:
-            raise ConfigError(f"eval suites are not available in this installation (asked for {args.suite})")
-        suites = importlib.import_module("anchored_reasoning.eval.suites")
-        return int(suites.run_suite(args.suite, args) or 0)
+        return _run_suite(args)
     missing = [flag for flag, value in (("--task", args.task), ("--model", args.model), ("--out", args.out)) if not value]
     if missing:
         raise ConfigError(f"eval needs {', '.join(missing)} (or a suite file as the only argument)")
-    from anchored_reasoning.eval.runner import run_eval
+    from anchored_reasoning.backends import build_backend
+    from anchored_reasoning.eval.methods import method_for_backend
     from anchored_reasoning.eval.report import markdown_table
+    from anchored_reasoning.eval.runner import run_eval
     from anchored_reasoning.tasks import get_task
 
     task = get_task(args.task)
     method_options = parse_key_values(args.method_arg, "--method-arg")
     method = check_before_loading(args, task, method_options)
-    backend = build_backend(args)
+    backend = build_backend(args.backend, args.model, seed=args.seed, **backend_options(args))
     if method is None or not Path(str(args.model)).is_dir():  # an alias's metadata is known once it is resolved
-        from anchored_reasoning.eval.runner import method_for_backend
-
         method = method_for_backend(args.method, backend, args.model, **method_options)
-    summary = run_eval(
-        task,
-        backend,
-        method,
-        out_dir=args.out,
-        split=args.split,
-        limit=args.limit,
-        n=args.n,
-        seed=args.seed,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        stop=args.stop,
-        data_dir=args.data_dir,
-        progress=not args.no_progress,
-    )
+    summary = run_eval(task, backend, method, out_dir=args.out, progress=not args.no_progress, **run_settings(args))
     print(markdown_table([summary]), end="")
     print(f"records, summary.json, summary.md and config.json in {os.path.abspath(args.out)}")
     return 0
@@ -144,10 +151,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="checkpoint directory, Hub id, alias (smollm2-135m) or served model name")
     p.add_argument("--method", help="nocot, cot, ... (default for our trained checkpoints: the one they were trained with)")
     p.add_argument("--method-arg", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
-    p.add_argument("--split", default="test", help="data split (default: test)")
+    p.add_argument("--split", help="data split (default: test, or the suite's)")
     p.add_argument("--limit", type=int, help="evaluate only the first N examples")
-    p.add_argument("--n", type=int, default=1, help="samples per example (pass@k for code tasks)")
-    p.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed")
+    p.add_argument("--n", type=int, help="samples per example (pass@k for code tasks; default 1, or the suite's)")
+    p.add_argument("--seed", type=int, help="sampling and bootstrap seed (default 0, or the suite's)")
     p.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy; default from the task)")
     p.add_argument("--top-p", type=float, help="nucleus sampling threshold")
     p.add_argument("--max-new-tokens", type=int, help="generation budget per sample (default from the task)")

@@ -92,7 +92,7 @@ def expand_run_dirs(paths: Sequence[str | Path]) -> list[Path]:
 def load_run(path: str | Path) -> Run:
     """Read a run directory. Its summary is recomputed from the records when summary.json is
     missing (a run that was stopped before the end)."""
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
 
     path = Path(path)
     if not is_run_dir(path):

@@ -27,17 +27,9 @@ from typing import Any
 
 from anchored_reasoning.errors import ConfigError, DataError, ResumeError
 from anchored_reasoning.eval.report import render_markdown, summarize
-from anchored_reasoning.eval.runner import (
-    CONFIG,
-    RECORDS,
-    SUMMARY_JSON,
-    SUMMARY_MD,
-    _grade_all,
-    _jsonable,
-    _resolve_task,
-    gold_of,
-    load_records,
-)
+from anchored_reasoning.eval.grading import gold_of, grade_all
+from anchored_reasoning.eval.records import CONFIG, RECORDS, SUMMARY_JSON, SUMMARY_MD, jsonable, load_records
+from anchored_reasoning.eval.runner import _resolve_task
 from anchored_reasoning.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -113,7 +105,7 @@ def regrade_run(
         )
     sampling = config.get("sampling") or {}
     cap = int(sampling["max_new_tokens"]) if sampling.get("max_new_tokens") else None
-    grades = _grade_all(
+    grades = grade_all(
         task,
         [r["completion"] for r in records],
         [by_id[str(r["id"])] for r in records],
@@ -123,7 +115,7 @@ def regrade_run(
     for record, grade in zip(records, grades):
         new = dict(record)
         new.update(gold=gold_of(task, by_id[str(record["id"])]), extracted=grade.extracted, correct=bool(grade.correct),
-                   details=_jsonable(grade.details or {}))
+                   details=jsonable(grade.details or {}))
         if _changed(record, new):
             changes.append({
                 "id": record["id"],

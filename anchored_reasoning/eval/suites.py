@@ -7,9 +7,9 @@ A suite file::
 
     name: baselines
     model: Qwen/Qwen2.5-1.5B-Instruct   # --model overrides
-    backend: openai                     # --backend overrides (hf, openai, vllm, diffusion)
+    backend: openai                     # --backend overrides (hf, the default; openai, vllm, diffusion)
     backend_args: {base_url: http://127.0.0.1:8000/v1, concurrency: 16}   # --base-url / --backend-arg override
-    out: runs/baselines                 # --out overrides; each run goes to OUT/<task>-<method>
+    out: runs/baselines                 # --out overrides (default runs/<name>); each run goes to OUT/<task>-<method>
     defaults: {split: test, n: 1}       # settings every run starts from
     runs:
       - {task: gsm8k, methods: [nocot, cot]}
@@ -17,14 +17,16 @@ A suite file::
     compare: true                       # write OUT/compare (table, paired tests, plots)
 
 Run settings (in ``defaults`` or per run): split, limit, n, seed, temperature, top_p,
-max_new_tokens, stop, method_args. Command-line flags (--limit, --n, --seed, --temperature,
---top-p, --max-new-tokens, --split, --data-dir) override every run; --task / --method keep
-only the matching runs. The backend is built once and shared by all runs. Every run is
-resumable, so rerunning the suite continues where it stopped.
+max_new_tokens, stop, method_args; a setting left out takes :func:`~anchored_reasoning.eval.runner.run_eval`'s
+default (or the task's generation settings). ``run_suite(path, overrides)`` applies a mapping over the
+file: ``model``, ``backend``, ``backend_args`` (merged over the file's), ``out``, ``data_dir``, any run
+setting (over every run), and ``task`` / ``method``, which keep only the matching runs. The ``eval``
+command passes the flags the user gave (``--model``, ``--limit``, ``--base-url``, ...) as that mapping.
+The backend is built once and shared by all runs. Every run is resumable, so rerunning the suite
+continues where it stopped.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -35,7 +37,6 @@ from typing import Any
 import yaml
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.options import parse_key_values
 from anchored_reasoning.resources import search_dirs
 
 logger = logging.getLogger(__name__)
@@ -43,11 +44,9 @@ logger = logging.getLogger(__name__)
 SUITE_KEYS = {"name", "description", "model", "backend", "backend_args", "out", "defaults", "runs", "compare"}
 RUN_SETTINGS = {"split", "limit", "n", "seed", "temperature", "top_p", "max_new_tokens", "stop", "method_args"}
 RUN_KEYS = {"task", "method", "methods", "name"} | RUN_SETTINGS
-# eval flags that override every run (argparse dest -> run setting)
-CLI_OVERRIDES = {"split": "split", "limit": "limit", "n": "n", "seed": "seed", "temperature": "temperature",
-                 "top_p": "top_p", "max_new_tokens": "max_new_tokens", "stop": "stop"}
-# eval parser defaults: a flag left at its default does not override the suite
-PARSER_DEFAULTS = {"split": "test", "n": 1, "seed": 0, "backend": "hf"}
+#: what ``run_suite``'s overrides may set (see the module docstring)
+OVERRIDE_KEYS = {"model", "backend", "backend_args", "out", "data_dir", "task", "method"} | RUN_SETTINGS
+_INT_SETTINGS = ("limit", "n", "seed", "max_new_tokens")
 
 
 @dataclass
@@ -107,6 +106,7 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: 'defaults' must be a mapping")
     _check_keys(f"{path}: defaults", defaults, RUN_SETTINGS)
+    defaults = _check_settings(f"{path}: defaults", defaults)
     backend_args = data.get("backend_args") or {}
     if not isinstance(backend_args, dict):
         raise ConfigError(f"{path}: 'backend_args' must be a mapping")
@@ -123,7 +123,7 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
         if methods is None:
             raise ConfigError(f"{where}: give 'method' or 'methods'")
         methods = [methods] if isinstance(methods, str) else list(methods)
-        settings = {**defaults, **{k: v for k, v in entry.items() if k in RUN_SETTINGS}}
+        settings = {**defaults, **_check_settings(where, {k: v for k, v in entry.items() if k in RUN_SETTINGS})}
         for method in methods:
             name = entry.get("name") or f"{entry['task']}-{method}"
             if len(methods) > 1 and entry.get("name"):
@@ -146,95 +146,84 @@ def load_suite(name_or_path: str | os.PathLike) -> Suite:
     )
 
 
-def _cli(args: argparse.Namespace | None, name: str) -> Any:
-    """The value of an eval flag, or None when it was not given (left at its default)."""
-    if args is None:
-        return None
-    value = getattr(args, name, None)
-    if value is None or (name in PARSER_DEFAULTS and value == PARSER_DEFAULTS[name]):
-        return None
-    return value
+def _check_settings(where: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Run settings with their types checked (a single ``stop`` string becomes a list of one)."""
+    def bad(key: str, what: str) -> ConfigError:
+        return ConfigError(f"{where}: {key} must be {what}, got {settings[key]!r}")
+
+    out = dict(settings)
+    for key in _INT_SETTINGS:
+        if key in out and out[key] is not None and (isinstance(out[key], bool) or not isinstance(out[key], int)):
+            raise bad(key, "an integer")
+    for key in ("temperature", "top_p"):
+        if key in out and out[key] is not None and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))):
+            raise bad(key, "a number")
+    if "split" in out and not isinstance(out["split"], str):
+        raise bad("split", "a split name")
+    if isinstance(out.get("stop"), str):
+        out["stop"] = [out["stop"]]
+    if out.get("stop") is not None and not all(isinstance(x, str) for x in out["stop"]):
+        raise bad("stop", "a list of strings")
+    if out.get("method_args") is not None and not isinstance(out["method_args"], dict):
+        raise bad("method_args", "a mapping")
+    return out
 
 
-def plan(suite: Suite, args: argparse.Namespace | None = None) -> tuple[dict[str, Any], list[SuiteRun]]:
-    """The backend spec and the runs after command-line overrides and filters."""
-    model = _cli(args, "model") or suite.model
+def plan(suite: Suite, overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[SuiteRun]]:
+    """The backend spec (``{"backend", "model", "options"}``) and the runs, after ``overrides`` (see the
+    module docstring; a None value counts as not given) and the task / method filters."""
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _check_keys("suite overrides", given, OVERRIDE_KEYS)
+    if not isinstance(given.get("backend_args", {}), dict):
+        raise ConfigError(f"suite overrides: backend_args must be a mapping, got {given['backend_args']!r}")
+    model = given.get("model") or suite.model
     if not model:
-        raise ConfigError(f"{suite.path}: no model; set 'model:' in the suite or pass --model")
-    backend = _cli(args, "backend") or suite.backend
-    options = dict(suite.backend_args)
-    options.update(parse_key_values(getattr(args, "backend_arg", None), "--backend-arg") if args else {})
-    for flag in ("base_url", "api_key_env", "batch_size"):
-        if _cli(args, flag) is not None:
-            options[flag] = _cli(args, flag)
-    spec = {"backend": backend, "model": str(model), "options": options}
-    runs = []
-    only_task, only_method = _cli(args, "task"), _cli(args, "method")
-    for r in suite.runs:
-        if only_task and r.task != only_task or only_method and r.method != only_method:
-            continue
-        settings = dict(r.settings)
-        for flag, key in CLI_OVERRIDES.items():
-            if _cli(args, flag) is not None:
-                settings[key] = _cli(args, flag)
-        runs.append(SuiteRun(r.task, r.method, r.name, settings))
+        raise ConfigError(f"{suite.path}: no model; set 'model:' in the suite or give one (--model)")
+    spec = {"backend": given.get("backend") or suite.backend, "model": str(model),
+            "options": {**suite.backend_args, **(given.get("backend_args") or {})}}
+    over = _check_settings("suite overrides", {k: v for k, v in given.items() if k in RUN_SETTINGS})
+    only_task, only_method = given.get("task"), given.get("method")
+    runs = [SuiteRun(r.task, r.method, r.name, {**r.settings, **over}) for r in suite.runs
+            if not (only_task and r.task != only_task or only_method and r.method != only_method)]
     if not runs:
-        raise ConfigError(f"{suite.path}: no run matches --task {only_task} / --method {only_method}")
+        raise ConfigError(f"{suite.path}: no run matches task {only_task} / method {only_method}")
     return spec, runs
 
 
-def build_backend(spec: dict[str, Any], seed: int = 0):
-    from anchored_reasoning.backends import get_backend
-
-    try:
-        try:
-            return get_backend(spec["backend"], spec["model"], seed=seed, **spec["options"])
-        except TypeError as exc:
-            if "seed" not in str(exc):
-                raise
-            return get_backend(spec["backend"], spec["model"], **spec["options"])
-    except TypeError as exc:
-        raise ConfigError(f"backend {spec['backend']!r} does not accept options {sorted(spec['options'])}: {exc}") from None
-
-
-def run_suite(path: str | os.PathLike, args: argparse.Namespace | None = None) -> int:
-    """Run every (task, method) of the suite with one backend, then compare them. Returns 0."""
+def run_suite(path: str | os.PathLike, overrides: dict[str, Any] | None = None, *, progress: bool = True) -> dict[str, Any]:
+    """Run every (task, method) of the suite with one backend, then compare them. ``overrides`` apply over
+    the suite file (see the module docstring). Returns ``{"suite", "out", "runs" (their folders),
+    "summaries", "table" (Markdown), "compare" (:func:`~anchored_reasoning.eval.compare.compare_runs`'s
+    result, None for a single run or ``compare: false``)}``."""
+    from anchored_reasoning.backends import build_backend
     from anchored_reasoning.eval.compare import compare_runs
+    from anchored_reasoning.eval.methods import method_for_backend
     from anchored_reasoning.eval.report import markdown_table
-    from anchored_reasoning.eval.runner import method_for_backend, run_eval
+    from anchored_reasoning.eval.runner import run_eval
 
     suite = load_suite(path)
-    spec, runs = plan(suite, args)
-    out = Path(_cli(args, "out") or suite.out)
+    spec, runs = plan(suite, overrides)
+    given = overrides or {}
+    out = Path(given.get("out") or suite.out)
     out.mkdir(parents=True, exist_ok=True)
-    data_dir = _cli(args, "data_dir")
-    progress = not bool(getattr(args, "no_progress", False))
     (out / "suite.json").write_text(json.dumps({
         "suite": suite.name, "file": str(suite.path), "backend": spec["backend"], "model": spec["model"],
         "runs": [{"name": r.name, "task": r.task, "method": r.method, **r.settings} for r in runs],
     }, indent=2, default=str) + "\n")
     logger.info("suite %s: %d runs of %s (%s backend) into %s", suite.name, len(runs), spec["model"], spec["backend"], out)
-    backend = build_backend(spec, seed=int(runs[0].settings.get("seed", 0)))
+    seed = runs[0].settings.get("seed")  # the backend's and the comparison's (None: their defaults)
+    backend = build_backend(spec["backend"], spec["model"], seed=seed, **spec["options"])
     summaries, dirs = [], []
     for i, r in enumerate(runs, 1):
-        s = dict(r.settings)
-        method = method_for_backend(r.method, backend, spec["model"], **(s.pop("method_args", None) or {}))
+        settings = {k: v for k, v in r.settings.items() if v is not None}  # null in the file: run_eval's default
+        method = method_for_backend(r.method, backend, spec["model"], **(settings.pop("method_args", None) or {}))
         logger.info("suite %s: run %d/%d: %s", suite.name, i, len(runs), r.name)
-        summary = run_eval(
-            r.task, backend, method, out_dir=out / r.name, data_dir=data_dir, progress=progress,
-            split=s.get("split", "test"), limit=s.get("limit"), n=int(s.get("n", 1)), seed=int(s.get("seed", 0)),
-            temperature=s.get("temperature"), top_p=s.get("top_p"), max_new_tokens=s.get("max_new_tokens"),
-            stop=s.get("stop"),
-        )
-        summaries.append(summary)
+        summaries.append(run_eval(r.task, backend, method, out_dir=out / r.name, data_dir=given.get("data_dir"),
+                                  progress=progress, **settings))
         dirs.append(out / r.name)
     table = markdown_table(summaries)
     (out / "summary.md").write_text(f"# Suite {suite.name}: {spec['model']} ({spec['backend']})\n\n{table}")
-    print(table, end="")
+    compared = None
     if suite.compare and len(dirs) > 1:
-        result = compare_runs(dirs, out_dir=out / "compare", seed=int(runs[0].settings.get("seed", 0)))
-        print("\nPaired tests (shared examples):")
-        print(result["tests_markdown"], end="")
-        print(f"comparison in {out / 'compare'}")
-    print(f"suite {suite.name}: {len(dirs)} runs in {os.path.abspath(out)}")
-    return 0
+        compared = compare_runs(dirs, out_dir=out / "compare", **({} if seed is None else {"seed": seed}))
+    return {"suite": suite.name, "out": out, "runs": dirs, "summaries": summaries, "table": table, "compare": compared}

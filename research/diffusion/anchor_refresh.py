@@ -84,7 +84,7 @@ def pick(sweep: dict[str, dict], match: str) -> str:
 def run_main(args) -> int:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from anchored_reasoning.eval.runner import build_method
+    from anchored_reasoning.eval.methods import build_method
 
     torch.set_num_threads(args.threads)
     dirs = dr.train_seed(args)  # every stage is present: this loads, it does not train

@@ -213,7 +213,7 @@ def main(argv=None) -> int:
 
     import anchored_reasoning.models  # noqa: F401  (registers shift-gpt2)
     from anchored_reasoning.checkpoints import read_checkpoint_meta
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
     from anchored_reasoning.machine import machine_info
     from anchored_reasoning.methods import get_method
 

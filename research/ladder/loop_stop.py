@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     from benchmarks.prosqa_real import backup_word
     from transformers import AutoTokenizer
 
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
     from anchored_reasoning.machine import machine_info
 
     graded = json.loads(Path(args.graded).read_text())

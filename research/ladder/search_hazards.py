@@ -129,7 +129,7 @@ def analyse(entries: dict[str, dict[str, Any]], test: list, resamples: int,
     from benchmarks.prosqa_real import backup_word, entry_key, seed_groups, shortcut_groups
 
     from anchored_reasoning.eval.probes import hops_of
-    from anchored_reasoning.eval.runner import load_records
+    from anchored_reasoning.eval.records import load_records
     from anchored_reasoning.eval.search_probe import detail_key
 
     previous = previous or {}
