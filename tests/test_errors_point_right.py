@@ -147,6 +147,22 @@ def test_a_diffusion_checkpoint_with_backend_hf_is_refused_in_one_line(diffusion
     assert '"backend": "diffusion"' in err
 
 
+def test_a_diffusion_gemma_checkpoint_picks_its_backend_or_refuses_another(tmp_path, no_loading, capsys):
+    folder = tmp_path / "dg"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "diffusion_gemma"}))
+    assert zoo.checkpoint_kind(folder) == ("diffusion_gemma", "config.json model_type 'diffusion_gemma'")
+    for backend in ("hf", "diffusion"):
+        assert main(["eval", "--task", "prosqa", "--model", str(folder), "--method", "cot", "--backend", backend,
+                     "--out", str(tmp_path / "o")]) == 1
+        assert "use --backend diffusion_gemma" in capsys.readouterr().err
+    from anchored_reasoning.commands.eval import _choose_backend
+
+    args = type("Args", (), {"backend": None})()
+    _choose_backend(args, str(folder))
+    assert args.backend == "diffusion_gemma"
+
+
 def test_checkpoint_kind_from_config_without_metadata(tmp_path):
     shutil.copytree(zoo.LOGIC_DIFFUSION_DIRS["logic-adlm"], tmp_path / "adlm")
     assert zoo.checkpoint_kind(tmp_path / "adlm")[0] == "diffusion"

@@ -74,17 +74,20 @@ def _run_suite(args: argparse.Namespace) -> int:
 
 
 def _choose_backend(args: argparse.Namespace, local: str | None) -> None:
-    """Set ``args.backend``: as given, else ``diffusion`` for a local diffusion checkpoint, else ``hf``.
-    A diffusion checkpoint asked for with ``--backend hf`` or ``vllm`` is refused in one line."""
+    """Set ``args.backend``: as given, else ``diffusion`` (``diffusion_gemma``) for a local diffusion
+    (DiffusionGemma) checkpoint, else ``hf``. A backend that cannot load the checkpoint is refused in one line."""
     from anchored_reasoning.models.zoo import checkpoint_kind
 
     kind, why = checkpoint_kind(local) if local else (None, "")
-    if kind == "diffusion" and args.backend is None:
-        log.info("%s is a diffusion checkpoint (%s): evaluating with --backend diffusion", local, why)
-        args.backend = "diffusion"
+    if kind in ("diffusion", "diffusion_gemma") and args.backend is None:
+        log.info("%s is a %s checkpoint (%s): evaluating with --backend %s", local, kind.replace("_", " "), why, kind)
+        args.backend = kind
     elif kind == "diffusion" and args.backend in ("hf", "vllm"):
         raise ConfigError(f"{local} is a diffusion checkpoint ({why}); --backend {args.backend} loads causal LMs "
                           "only: use --backend diffusion (or leave --backend out)")
+    elif kind == "diffusion_gemma" and args.backend in ("hf", "vllm", "diffusion"):
+        raise ConfigError(f"{local} is a DiffusionGemma checkpoint ({why}); it generates with its own block "
+                          "diffusion: use --backend diffusion_gemma (or leave --backend out)")
     args.backend = args.backend or "hf"
 
 

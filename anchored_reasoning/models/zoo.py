@@ -355,7 +355,7 @@ DIFFUSION_MODEL_TYPES = ("mdlm", "adlm", "tadm", "llada", "dream")
 
 
 def checkpoint_kind(path: str | os.PathLike) -> tuple[str | None, str]:
-    """``("diffusion" | "AR" | None, why)`` for a local checkpoint directory, without loading it: from the
+    """``("diffusion" | "diffusion_gemma" | "AR" | None, why)`` for a local checkpoint directory, without loading it: from the
     ``"backend"`` our trainers write into ``anchored_reasoning.json``, else from ``config.json``'s
     ``model_type``; None when neither says (or ``path`` is no directory)."""
     from anchored_reasoning.checkpoints import CHECKPOINT_META, read_checkpoint_meta
@@ -370,6 +370,8 @@ def checkpoint_kind(path: str | os.PathLike) -> tuple[str | None, str]:
         model_type = str(json.loads((folder / "config.json").read_text()).get("model_type", "")).lower()
     except (OSError, ValueError, AttributeError):
         return None, ""
+    if model_type == "diffusion_gemma":  # block diffusion with its own sampler: the diffusion_gemma backend
+        return "diffusion_gemma", f"config.json model_type {model_type!r}"
     if model_type.startswith(DIFFUSION_MODEL_TYPES):
         return "diffusion", f"config.json model_type {model_type!r}"
     return ("AR", f"config.json model_type {model_type!r}") if model_type else (None, "")
