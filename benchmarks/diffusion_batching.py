@@ -10,9 +10,9 @@ Samplers (greedy, ``--gen-length`` tokens in blocks of ``--block-length``): ``lo
 step), ``threshold`` (every position above 0.9, at least one per step), and ``low_confidence`` with Fast-dLLM's
 ``prefix`` and ``dual`` KV caches. Every (sampler, batch size) is timed in turn per repeat (interleaved, one
 process); the best repeat counts. ``tokens_per_second`` counts the window positions the model decoded (EOS fill
-excluded), ``model_calls`` the model calls, ``tokens_per_forward`` decoded tokens over calls x rows (the dllm
-leaderboard's TPF; a batch's call counts for each of its rows), ``model_rows`` the rows the calls ran (a row
-whose block is done is skipped) and ``positions_computed`` rows x padded sequence length summed over calls
+excluded), ``model_calls`` the model calls, ``model_rows`` the rows they ran (a row whose block is done is skipped),
+``tokens_per_forward`` decoded tokens over ``model_rows`` (per row, the dllm leaderboard's TPF), and
+``positions_computed`` rows x padded sequence length summed over calls
 (the KV-cached calls compute fewer; counted as full), so the time per position shows what batching saves: the
 per-call overhead, not the arithmetic, which on a CPU grows with rows x positions.
 Writes benchmarks/results/diffusion_batching.json.
@@ -54,20 +54,19 @@ def run(model, rows: list[list[int]], batch: int, cfg, pad_id: int) -> tuple[lis
     from anchored_reasoning.backends import left_pad
     from anchored_reasoning.sampling import sample
 
-    out, decoded, nfe_rows, calls, model_rows, positions = [], 0, 0, 0, 0, 0
+    out, decoded, calls, model_rows, positions = [], 0, 0, 0, 0
     t0 = time.perf_counter()
     for s in range(0, len(rows), batch):
         ids, mask = left_pad(rows[s:s + batch], pad_id)
         x, stats = sample(model, ids, cfg, attention_mask=None if bool(mask.all()) else mask)
         out.extend(x[:, ids.shape[1]:].tolist())
         decoded += sum(cfg.gen_length - f for f in stats.filled_after_eos)
-        nfe_rows += stats.nfe * ids.shape[0]
         calls += stats.nfe
         model_rows += stats.model_rows
         positions += stats.model_rows * x.shape[1]
     wall = time.perf_counter() - t0
     return out, {"wall_seconds": round(wall, 3), "decoded_tokens": decoded, "tokens_per_second": round(decoded / wall, 1),
-                 "model_calls": calls, "tokens_per_forward": round(decoded / nfe_rows, 3),
+                 "model_calls": calls, "tokens_per_forward": round(decoded / model_rows, 3),
                  "model_rows": model_rows, "positions_computed": positions,
                  "seconds_per_1k_positions": round(1000 * wall / positions, 4) if positions else None}
 

@@ -71,7 +71,7 @@ def test_completions_carry_nfe_and_tokens_per_forward(tok):
     prompt = "Question: what is 2 + 2?\n"
     one, model = backend_for(tok, "The answer is 4.", prompt, sampler="low_confidence", steps=16)
     [[c]] = one.generate([Prompt(prompt), Prompt(prompt)], SamplingSpec(max_new_tokens=16))[:1]
-    assert c.meta["nfe"] == model.calls == 16 and c.meta["batch_rows"] == 2
+    assert c.meta["nfe"] == c.meta["batch_nfe"] == model.calls == 16 and c.meta["batch_rows"] == 2
     assert c.meta["decoded_tokens"] == 16 and c.meta["tokens_per_forward"] == 1.0
     fast, model = backend_for(tok, "The answer is 4.", prompt, sampler="threshold", threshold=0.5, steps=16)
     [[t]] = fast.generate([Prompt(prompt)], SamplingSpec(max_new_tokens=16))

@@ -313,6 +313,7 @@ def test_rows_whose_block_is_done_skip_the_model():
     out, stats = sample(model, ids, cfg, attention_mask=am)
     # the long row's block is done after the first call of each block; the block's other 3 calls run the short rows
     assert model.calls == [3, 2, 2, 2] * 3 and stats.nfe == 12 and stats.model_rows == 27
+    assert stats.calls_of_row == [12, 3, 12]
     assert (out[:, ids.shape[1]:] == 5).all()
     alone, _ = sample(model, torch.tensor([[7] * 2]), cfg)
     assert out[0, ids.shape[1]:].tolist() == alone[0, 2:].tolist()

@@ -36,8 +36,8 @@ How a prompt becomes a completion:
   hears after every denoising step how many positions were unmasked in it, and each batch's samples
   when the batch ends;
 * every :class:`~anchored_reasoning.types.Completion` carries ``meta`` (the runner writes it into each
-  record): ``nfe`` (model calls of its batch; one call runs every row of the batch), ``steps``,
-  ``gen_length``, ``decoded_tokens`` (window positions the model decoded, positions filled with EOS
+  record): ``nfe`` (the model calls the row was in; greedy, a call skips the batch's rows whose block
+  is done), ``batch_nfe`` (its batch's calls), ``steps``, ``gen_length``, ``decoded_tokens`` (window positions the model decoded, positions filled with EOS
   after an ended row excluded), ``tokens_per_forward`` (``decoded_tokens / nfe``, the dllm
   leaderboard's TPF) and ``batch_rows``; a run's summary aggregates them under ``denoiser``.
 """
@@ -335,12 +335,14 @@ class DiffusionBackend:
 
 
 def _row_meta(stats: Any, row: int, rows: int) -> dict[str, Any]:
-    """Row ``row``'s denoiser counters (the module doc): NFE is its batch's model calls (every call
-    ran all ``rows`` rows); ``decoded_tokens`` the window positions the model decoded (EOS fill
-    excluded); ``tokens_per_forward`` their ratio (the dllm leaderboard's TPF)."""
+    """Row ``row``'s denoiser counters (the module doc): NFE is the model calls it was in (a call skips
+    rows whose block is done); ``decoded_tokens`` the window positions the model decoded (EOS fill
+    excluded); ``tokens_per_forward`` their ratio (the dllm leaderboard's TPF); ``batch_nfe`` its
+    batch's calls."""
     decoded = stats.gen_length - stats.filled_after_eos[row]
-    return {"nfe": stats.nfe, "steps": stats.steps, "gen_length": stats.gen_length, "decoded_tokens": decoded,
-            "tokens_per_forward": decoded / stats.nfe if stats.nfe else None, "batch_rows": rows}
+    nfe = stats.calls_of_row[row]
+    return {"nfe": nfe, "batch_nfe": stats.nfe, "steps": stats.steps, "gen_length": stats.gen_length,
+            "decoded_tokens": decoded, "tokens_per_forward": decoded / nfe if nfe else None, "batch_rows": rows}
 
 
 class _StepReport:

@@ -130,8 +130,7 @@ def denoiser_counters(records: Sequence[Mapping]) -> dict[str, dict[str, float]]
     ``nfe_mean``: denoiser (model) calls per sample; ``tokens_per_forward``: generated tokens over
     denoiser calls, summed over samples (the dllm leaderboard's TPF). A record's tokens are its
     ``meta["decoded_tokens"]`` when the backend counted them (the positions the model decoded, EOS
-    fill excluded), else its ``tokens``. ``batch_rows_mean``: rows that shared each call (a batch of
-    B rows runs every call once for all B, so one row's NFE is its batch's)."""
+    fill excluded), else its ``tokens``. ``batch_rows_mean``: rows per batch, where the backend batches."""
     metas = [(r, r.get("meta")) for r in records]
     counted = [(r, m) for r, m in metas if isinstance(m, Mapping) and isinstance(m.get("nfe"), (int, float))]
     if not counted:

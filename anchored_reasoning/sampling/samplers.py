@@ -137,7 +137,7 @@ class SamplerConfig:
 class SampleStats:
     """Per sampler step (one entry per step, one number per row): tokens revealed (mask -> token)
     and re-masked (token -> mask, ReMDM only); whether the step could re-mask; its block.
-    ``nfe`` counts model calls, ``model_rows`` the rows they ran. For every row, ``sum(revealed) - sum(remasked) + filled_after_eos``
+    ``nfe`` counts model calls, ``calls_of_row`` the calls each row was in (``model_rows`` their sum). For every row, ``sum(revealed) - sum(remasked) + filled_after_eos``
     equals ``gen_length``."""
 
     gen_length: int
@@ -148,10 +148,15 @@ class SampleStats:
     block_of_step: list[int] = field(default_factory=list)
     filled_after_eos: list[int] = field(default_factory=list)
     nfe: int = 0
-    model_rows: int = 0  # rows the model ran on, summed over calls (rows whose block is done are skipped)
+    calls_of_row: list[int] = field(default_factory=list)  # the model calls each row was in (done blocks skip)
     seconds: float = 0.0
     anchor_rows: int | None = None  # rows the anchor network ran on, summed over model calls (anchor cache only)
     row_calls: int | None = None  # rows x model calls (anchor cache only)
+
+    @property
+    def model_rows(self) -> int:
+        """Rows the model ran on, summed over calls."""
+        return sum(self.calls_of_row)
 
     @property
     def steps(self) -> int:
@@ -170,7 +175,7 @@ class SampleStats:
         return len(self.filled_after_eos) * self.gen_length / self.seconds if self.seconds > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "steps": self.steps, "tokens_per_second": self.tokens_per_second,
+        return {**dataclasses.asdict(self), "steps": self.steps, "model_rows": self.model_rows, "tokens_per_second": self.tokens_per_second,
                 "anchor_refresh_fraction": self.anchor_refresh_fraction}
 
 
@@ -299,7 +304,7 @@ def sample(model: Any, prompt_ids: torch.Tensor, config: SamplerConfig | None = 
 
         model_fn = AnchorCacheModelFn(model, cfg.anchor_refresh_every, full_mask, cfg.anchor_refresh_below, mask_id)
     fn = model_fn or make_model_fn(model, full_mask)
-    stats = SampleStats(gen_length=cfg.gen_length, prompt_length=plen, filled_after_eos=[0] * bsz)
+    stats = SampleStats(gen_length=cfg.gen_length, prompt_length=plen, filled_after_eos=[0] * bsz, calls_of_row=[0] * bsz)
     gen = torch.Generator(device=device if device.type == "cuda" else "cpu").manual_seed(cfg.seed)
     start_time = time.perf_counter()
     blocks = cfg.blocks()
@@ -354,7 +359,8 @@ def _run_block(fn, x, start, end, n_steps, block, step, mask_id, cfg, gen, stats
                     all_tokens[rows], all_conf[rows] = tokens, conf
                     cache.append((all_tokens, all_conf))
                 stats.nfe += 1
-                stats.model_rows += x.shape[0] if rows is None else len(rows)
+                for r in (range(x.shape[0]) if rows is None else rows.tolist()):
+                    stats.calls_of_row[r] += 1
             return cache[0]
 
         if cfg.remasking == "ancestral":
