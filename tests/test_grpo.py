@@ -172,7 +172,8 @@ def test_a_gold_answer_that_does_not_parse_fails_at_load(sft, tmp_path, monkeypa
         grpo.run("grpo_tiny_test", [f"model.name={sft}", f"output_dir={tmp_path}"])
 
 
-def test_every_grpo_recipe_validates():
+def test_every_grpo_recipe_validates(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a recipe's runs/... start names a run of its own, not one in the caller's folder
     recipes = sorted((ROOT / "train").glob("grpo_*.yaml"))
     assert {"grpo_gsm8k_smollm2", "grpo_gsm8k_qwen25", "grpo_prosqa_logic_cpu"} <= {p.stem for p in recipes}
     from anchored_reasoning.train.trainers.diffusion_grpo import DiffusionGRPOConfig

@@ -263,8 +263,10 @@ def test_docs_blocks_parse():
 
 @pytest.mark.slow
 def test_readme_snippet_runs_as_written(tmp_path):
-    _assert_prints_a_probability(_run(readme_snippet(), tmp_path), "the README's Fine-tune from Python block")
-    assert (tmp_path / "runs" / "py-anchors" / "anchored_reasoning.json").is_file()
+    snippet = readme_snippet()
+    _assert_prints_a_probability(_run(snippet, tmp_path), "the README's Fine-tune from Python block")
+    out = re.search(r'output_dir="([^"]+)"', snippet).group(1)  # the folder the snippet trains into
+    assert (tmp_path / out / "anchored_reasoning.json").is_file()
 
 
 @pytest.mark.slow

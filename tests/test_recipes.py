@@ -84,8 +84,10 @@ def test_bad_training_value_is_a_config_error(tmp_path):
 
 
 @pytest.mark.parametrize("path", BUILTIN, ids=[p.stem for p in BUILTIN])
-def test_builtin_recipes_are_valid(path):
+def test_builtin_recipes_are_valid(path, tmp_path, monkeypatch):
     from anchored_reasoning.train import TRAINERS
+
+    monkeypatch.chdir(tmp_path)  # a recipe's runs/... start names a run of its own, not one in the caller's folder
 
     recipe = recipes.load_recipe(path)
     assert recipe.get("trainer") in TRAINERS, f"{path.name}: unknown trainer {recipe.get('trainer')!r}"
