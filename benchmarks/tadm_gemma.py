@@ -74,7 +74,7 @@ def canvas_scores(context: torch.Tensor, out: torch.Tensor, words: int) -> tuple
 
 def train_base(model, rows, minutes: float, batch: int, lr: float, seed: int) -> dict[str, Any]:
     """DiffusionGemma's objective: uniform-noise corruption, CE on every canvas position, self-conditioning 0.5."""
-    from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator
+    from anchored_reasoning.train.data.tadm_gemma_data import ContextCanvasCollator
 
     torch.manual_seed(seed)
     collate = ContextCanvasCollator(0)
@@ -155,7 +155,7 @@ def _paired(a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
 def measure(model, fusion, rows, args) -> dict[str, Any]:
     from anchored_reasoning.models.diffusion_gemma import paper_generation_kwargs
     from anchored_reasoning.models.tadm_gemma import TADMDiffusionGemma
-    from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator
+    from anchored_reasoning.train.data.tadm_gemma_data import ContextCanvasCollator
 
     batch = ContextCanvasCollator(0)(rows)
     ctx = batch["input_ids"]
@@ -226,8 +226,8 @@ def build_models(args, workdir: Path):
     from anchored_reasoning.models.diffusion_gemma import load_diffusion_gemma, make_tiny_diffusion_gemma
     from anchored_reasoning.models.tadm_gemma import AnchorFusion, TADMDiffusionGemma, load_fusion
     from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
-    from anchored_reasoning.train.tadm_gemma import TADMGemmaConfig, TADMGemmaTrainer
-    from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator
+    from anchored_reasoning.train.trainers.tadm_gemma_trainer import TADMGemmaConfig, TADMGemmaTrainer
+    from anchored_reasoning.train.data.tadm_gemma_data import ContextCanvasCollator
 
     rows = task_rows(args.train_rows, args.words, args.canvas, args.seed)
     info: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""The tadm_gemma trainer (train/tadm_gemma.py): only the fusion trains, the post-training loss, the recipes
+"""The tadm_gemma trainer (train/pipelines/tadm_gemma.py, train/trainers/tadm_gemma_trainer.py): only the
+fusion trains, the post-training loss, the recipes
 (dry runs, bad values before any model loads) and a 2-step run through `anchored-reasoning train`."""
 import json
 
@@ -20,7 +21,7 @@ def setup(tmp_path_factory):
     from anchored_reasoning.generators.prosqa import generate_dataset
     from anchored_reasoning.models.diffusion_gemma import load_diffusion_gemma, make_tiny_diffusion_gemma
     from anchored_reasoning.models.tadm_gemma import AnchorFusion, TADMDiffusionGemma
-    from anchored_reasoning.train.tadm_gemma_data import example_rows
+    from anchored_reasoning.train.data.tadm_gemma_data import example_rows
 
     examples = generate_dataset(8, seed=0, num_nodes=10, min_hops=2)
     path = make_tiny_diffusion_gemma(tmp_path_factory.mktemp("base") / "m", texts=[e.question for e in examples], **TINY)
@@ -34,8 +35,8 @@ def setup(tmp_path_factory):
 def test_only_the_fusion_trains(setup, tmp_path):
     from datasets import Dataset
 
-    from anchored_reasoning.train.tadm_gemma import TADMGemmaConfig, TADMGemmaTrainer
-    from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator
+    from anchored_reasoning.train.trainers.tadm_gemma_trainer import TADMGemmaConfig, TADMGemmaTrainer
+    from anchored_reasoning.train.data.tadm_gemma_data import ContextCanvasCollator
 
     model, tok, tadm, rows, new_fusion = setup
     fusion = new_fusion()
@@ -58,8 +59,8 @@ def test_only_the_fusion_trains(setup, tmp_path):
 
 
 def test_loss_with_a_fresh_anchor_and_untrained_fusion_has_zero_kl(setup):
-    from anchored_reasoning.train.tadm_gemma import TADMGemmaConfig, posttrain_loss
-    from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator
+    from anchored_reasoning.train.trainers.tadm_gemma_trainer import TADMGemmaConfig, posttrain_loss
+    from anchored_reasoning.train.data.tadm_gemma_data import ContextCanvasCollator
 
     model, tok, tadm, rows, new_fusion = setup
     fusion = new_fusion()
@@ -100,8 +101,25 @@ def test_recipes_dry_run(recipe, capsys):
     ("model.name=x", r"exactly one of name .* or tiny"),
 ])
 def test_bad_recipe_values_fail_before_anything_loads(override, message, tmp_path):
-    from anchored_reasoning.train.tadm_gemma import run
+    from anchored_reasoning.train.pipelines.tadm_gemma import run
 
+    with pytest.raises(ConfigError, match=message):
+        run("tadm_gemma_tiny", [f"output_dir={tmp_path / 'out'}", override])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.tiny.hidden_sise=8", r"unknown recipe key 'model.tiny.hidden_sise'; did you mean 'hidden_size'"),
+    ("model.tiny=5", r"recipe key 'model.tiny' must be a mapping"),
+    ("method.name=cot", r"unknown recipe key 'method'"),  # the method is data.method here
+    ("data.train.genrator=prosqa", r"unknown recipe key 'data.train.genrator'; did you mean 'generator'"),
+])
+def test_recipe_keys_are_the_sections_dataclass(override, message, tmp_path):
+    """The keys come from recipes.sections.TADMGemmaRecipe (one schema for every trainer kind)."""
+    from anchored_reasoning.train.pipelines.tadm_gemma import TADMGemmaPipeline, run
+    from anchored_reasoning.train.recipes.sections import RECIPES, key_tree
+
+    assert TADMGemmaPipeline.kind in RECIPES and "fusion_dim" in key_tree("tadm_gemma")["model"]
     with pytest.raises(ConfigError, match=message):
         run("tadm_gemma_tiny", [f"output_dir={tmp_path / 'out'}", override])
     assert not (tmp_path / "out").exists()
@@ -111,7 +129,7 @@ def test_split_or_model_that_does_not_fit_fails_before_loading(tmp_path, monkeyp
     from transformers import DiffusionGemmaForBlockDiffusion
 
     from anchored_reasoning.testing import make_tiny_causal_lm
-    from anchored_reasoning.train.tadm_gemma import run
+    from anchored_reasoning.train.pipelines.tadm_gemma import run
 
     monkeypatch.setattr(DiffusionGemmaForBlockDiffusion, "from_pretrained",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("weights loaded")))

@@ -1,7 +1,7 @@
 """Training entry points. A recipe YAML names its trainer with ``trainer: <name>``; the
 ``anchored-reasoning train`` command looks the name up here and calls ``run(recipe, overrides)``.
 
-The recipe trainers (``ar``, ``diffusion``, ``tadm``, ``grpo``) run through one skeleton
+The recipe trainers (``ar``, ``diffusion``, ``tadm``, ``grpo``, ``tadm_gemma``) run through one skeleton
 (:mod:`.pipeline`): the recipe is resolved once into its trainer's sections (:mod:`.recipe_sections`; an
 unknown key fails before training starts, naming the key), and ``run`` returns the output directory of
 the trained checkpoint.
@@ -18,7 +18,7 @@ TRAINERS: dict[str, str] = {
     "diffusion": "anchored_reasoning.train.pipelines.diffusion:run",  # MDLM / ADLM pretraining and SFT
     "tadm": "anchored_reasoning.train.pipelines.tadm:run",  # TADM: T-ANELBO pretraining, post-training of MDLM/ADLM
     "grpo": "anchored_reasoning.train.pipelines.grpo:run",  # GRPO (plain / anchored) for causal LMs, diffu-GRPO for MDLM/ADLM/TADM
-    "tadm_gemma": "anchored_reasoning.train.tadm_gemma:run",  # TADM:Post-train of a frozen DiffusionGemma (fusion only)
+    "tadm_gemma": "anchored_reasoning.train.pipelines.tadm_gemma:run",  # TADM:Post-train of a frozen DiffusionGemma (fusion only)
 }
 
 

@@ -1,4 +1,4 @@
-"""The ``tadm_gemma`` trainer's recipe checks and data: (context, canvas) rows and their collator.
+"""The ``tadm_gemma`` trainer's recipe value checks and data: (context, canvas) rows and their collator.
 
 A row is what one DiffusionGemma denoising problem needs: the context the encoder reads (token ids)
 and one canvas of ``canvas_length`` clean target tokens the decoder must recover. From a task's
@@ -12,8 +12,6 @@ The context keeps its last ``data.max_context`` tokens.
 """
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import random
 import typing
 from typing import Any, Mapping, Sequence
@@ -23,20 +21,8 @@ import torch
 from anchored_reasoning.errors import ConfigError, DataError
 
 TRAINER = "tadm_gemma"
-SCHEMA: dict[str, Any] = {
-    "trainer": None, "description": None, "seed": None, "output_dir": None, "task": None,
-    "model": {"name": None, "tiny": None, "dtype": None, "split": None, "fusion_dim": None, "fusion_heads": None},
-    "data": {"train": None, "method": None, "text_file": None, "max_context": None},
-    "training": "training",
-}
 TINY_KEYS = ("hidden_size", "num_layers", "num_heads", "head_dim", "intermediate_size", "num_experts", "top_k_experts",
              "canvas_length", "sliding_window", "max_positions", "tokenizer_vocab")
-
-
-def _unknown(key: str, where: str, known: Sequence[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return ConfigError(f"unknown recipe key {where + key!r}{hint} (known here: {', '.join(sorted(known))})")
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -60,39 +46,20 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 
 def check_recipe(recipe: Mapping[str, Any], config_cls: type) -> None:
-    """Every key known and every value of a checkable type, before anything loads (ConfigError naming
-    the key and the value). ``config_cls``: the trainer config dataclass of ``training``."""
+    """Every value of a checkable type, before anything loads (ConfigError naming the key and the value); the
+    keys are known already (``recipes.sections.TADMGemmaRecipe``). ``config_cls``: the config of ``training``."""
     if recipe.get("trainer", TRAINER) != TRAINER:
         raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the {TRAINER!r} trainer")
-    fields = {f.name: f for f in dataclasses.fields(config_cls) if f.init}
     hints = typing.get_type_hints(config_cls)
-    for key, value in recipe.items():
-        if str(key).startswith("_"):
-            continue
-        if key not in SCHEMA:
-            raise _unknown(str(key), "", [k for k in SCHEMA])
-        sub = SCHEMA[key]
-        if sub is None or value is None:
-            continue
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"recipe key {key!r} must be a mapping, got {value!r}")
-        known = fields if sub == "training" else sub
-        for sub_key, sub_value in value.items():
-            if sub_key not in known:
-                raise _unknown(str(sub_key), f"{key}.", list(known))
-            if sub == "training" and not _type_ok(sub_value, hints.get(sub_key, Any)):
-                raise ConfigError(f"recipe key training.{sub_key}={sub_value!r}: expected {hints[sub_key]}")
+    for key, value in (recipe.get("training") or {}).items():
+        if not _type_ok(value, hints.get(key, Any)):
+            raise ConfigError(f"recipe key training.{key}={value!r}: expected {hints[key]}")
     model, data = dict(recipe.get("model") or {}), dict(recipe.get("data") or {})
     if bool(model.get("name")) == bool(model.get("tiny")):
         raise ConfigError("recipe 'model' needs exactly one of name (a DiffusionGemma checkpoint: folder or Hub id) "
                           f"or tiny (a mapping of {', '.join(TINY_KEYS)} for a random small model)")
     if model.get("tiny") is not None:
-        tiny = model["tiny"] if isinstance(model["tiny"], Mapping) else None
-        if tiny is None:
-            raise ConfigError(f"recipe key model.tiny={model['tiny']!r} must be a mapping of {', '.join(TINY_KEYS)}")
-        for k, v in tiny.items():
-            if k not in TINY_KEYS:
-                raise _unknown(str(k), "model.tiny.", TINY_KEYS)
+        for k, v in model["tiny"].items():  # a mapping of TINY_KEYS (recipes.sections checked its keys)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"recipe key model.tiny.{k}={v!r} must be an integer >= 1")
     for key in ("fusion_dim", "fusion_heads"):

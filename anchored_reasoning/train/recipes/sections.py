@@ -28,8 +28,7 @@ TRAINING_CONFIGS: dict[str, str] = {
     "diffusion": "anchored_reasoning.train.trainers.diffusion_trainer:DiffusionSFTConfig",
     "tadm": "anchored_reasoning.train.trainers.tadm_trainer:TADMTrainingConfig",
     "grpo": "anchored_reasoning.train.trainers.diffusion_grpo:DiffusionGRPOConfig",
-    # value checks only: its keys are checked by tadm_gemma_data.check_recipe until it moves onto RECIPES
-    "tadm_gemma": "anchored_reasoning.train.tadm_gemma:TADMGemmaConfig",
+    "tadm_gemma": "anchored_reasoning.train.trainers.tadm_gemma_trainer:TADMGemmaConfig",
 }
 
 
@@ -46,6 +45,12 @@ def _reward_keys() -> list[str]:
     from anchored_reasoning.train.rewards import REWARDS
 
     return [*REWARDS, "tests_timeout_s"]
+
+
+def _tiny_gemma_keys() -> tuple[str, ...]:
+    from anchored_reasoning.train.data.tadm_gemma_data import TINY_KEYS
+
+    return TINY_KEYS
 
 
 def _sampler_keys() -> list[str]:
@@ -146,7 +151,7 @@ class TADMData(DiffusionData):
 # recipes
 
 @dataclass
-class Recipe:
+class BaseRecipe:
     """The keys every trainer's recipe shares. ``training`` holds the trainer config's fields."""
 
     trainer: Any = None
@@ -155,10 +160,16 @@ class Recipe:
     task: Any = None
     seed: Any = None
     output_dir: Any = None
-    method: MethodSection | None = None
     training: dict | None = field(default=None, metadata={"config": True})
 
     kind = "ar"
+
+
+@dataclass
+class Recipe(BaseRecipe):
+    """A recipe with a top-level ``method`` section (every kind but ``tadm_gemma``)."""
+
+    method: MethodSection | None = None
 
 
 @dataclass
@@ -191,10 +202,40 @@ class GRPORecipe(Recipe):
     kind = "grpo"
 
 
-RECIPES: dict[str, type[Recipe]] = {"ar": ARRecipe, "diffusion": DiffusionRecipe, "tadm": TADMRecipe, "grpo": GRPORecipe}
+@dataclass
+class TADMGemmaModel:
+    """A frozen DiffusionGemma: ``name`` (a checkpoint) or ``tiny`` (a random small one's config)."""
+
+    name: Any = None
+    tiny: dict | None = field(default=None, metadata=_keys(_tiny_gemma_keys))
+    dtype: Any = None
+    split: Any = None  # [shared, anchor, denoiser] decoder layers
+    fusion_dim: Any = None
+    fusion_heads: Any = None
 
 
-def recipe_class(trainer: str) -> type[Recipe]:
+@dataclass
+class TADMGemmaData:
+    train: DataSource | None = None  # task examples (with task: and method) ...
+    method: Any = None  # the instruct method whose prompt is the context
+    text_file: Any = None  # ... or documents
+    max_context: Any = None
+
+
+@dataclass
+class TADMGemmaRecipe(BaseRecipe):
+    """``tadm_gemma``: no top-level ``method`` section (the method is ``data.method``)."""
+
+    model: TADMGemmaModel | None = None
+    data: TADMGemmaData | None = None
+    kind = "tadm_gemma"
+
+
+RECIPES: dict[str, type[BaseRecipe]] = {"ar": ARRecipe, "diffusion": DiffusionRecipe, "tadm": TADMRecipe, "grpo": GRPORecipe,
+                            "tadm_gemma": TADMGemmaRecipe}
+
+
+def recipe_class(trainer: str) -> type[BaseRecipe]:
     try:
         return RECIPES[trainer]
     except KeyError:
@@ -286,4 +327,4 @@ def key_tree(trainer: str) -> dict[str, Any]:
 
 _SECTIONS: dict[str, type] = {c.__name__: c for c in (
     DataSource, MethodSection, ModelSection, ARModel, DiffusionModel, TADMModel, ARData, GRPOData, DiffusionData,
-    TADMData)}
+    TADMData, TADMGemmaModel, TADMGemmaData)}

@@ -1,11 +1,11 @@
-"""The ``tadm_gemma`` trainer: TADM:Post-train on a frozen DiffusionGemma (arXiv 2609.37924, section 6.1).
+"""The ``tadm_gemma`` trainer's config and ``Trainer``: TADM:Post-train on a frozen DiffusionGemma (arXiv 2609.37924, section 6.1).
 
     anchored-reasoning train tadm_gemma_tiny                 # CPU, a random small DiffusionGemma, seconds
     anchored-reasoning train tadm_gemma_posttrain            # google/diffusiongemma-26B-A4B-it on a GPU
 
 Only the attention fusion Phi (:class:`~anchored_reasoning.models.tadm_gemma.AnchorFusion`) trains; the
 DiffusionGemma stays frozen. One training step, per batch of (context, canvas) rows
-(:mod:`anchored_reasoning.train.tadm_gemma_data`):
+(:mod:`anchored_reasoning.train.data.tadm_gemma_data`):
 
 1. the encoder reads the contexts into a KV cache (as ``generate`` does for a canvas);
 2. the clean canvas x is corrupted as DiffusionGemma is trained: each position independently replaced
@@ -25,26 +25,22 @@ DiffusionGemma stays frozen. One training step, per batch of (context, canvas) r
 Settings from the paper are the defaults: AdamW, lr 1.5e-4, betas (0.95, 0.99), weight decay 1e-4, cosine
 schedule with 100 warm-up steps and a floor of 0.1 of the peak. Checkpoints hold Phi alone (a few MB);
 resuming by rerunning the command, the progress bar and the log work as in the other trainers
-(:mod:`anchored_reasoning.train.checkpointing`). The output folder is the fusion (``config.json`` names
+(:mod:`anchored_reasoning.train.checkpointing`); the run itself is
+:mod:`anchored_reasoning.train.pipelines.tadm_gemma`. The output folder is the fusion (``config.json`` names
 the base model), the tokenizer, ``anchored_reasoning.json`` and ``train_summary.json`` (Phi's parameter
 count among them); ``--backend diffusion_gemma --model <folder>`` evaluates it.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 from transformers import Trainer, TrainingArguments
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.train.tadm_gemma_data import TRAINER, check_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -192,150 +188,4 @@ def tadm_sampler(model: Any, cfg: TADMGemmaConfig):
     return sampler, (float(value("t_min")), float(value("t_max")))
 
 
-# ---------------------------------------------------------------------------------------------
-# recipe
-
-def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Load (name / path / dict), apply dotted overrides, check every key and value (before any model loads)."""
-    from anchored_reasoning.train.recipes import apply_overrides, load_recipe
-
-    loaded = load_recipe(recipe) if not isinstance(recipe, Mapping) else dict(recipe)
-    resolved = apply_overrides(loaded, list(overrides))
-    check_recipe(resolved, TADMGemmaConfig)
-    make_config(resolved, Path("/nonexistent/dry-run"))  # the trainer config's own value checks
-    return resolved
-
-
-def make_config(recipe: Mapping[str, Any], output_dir: Path) -> TADMGemmaConfig:
-    from anchored_reasoning.train.checkpointing import with_save_defaults
-
-    training = with_save_defaults(recipe.get("training") or {})
-    training.setdefault("seed", int(recipe.get("seed", 0)))
-    training["output_dir"] = str(output_dir)
-    try:
-        return TADMGemmaConfig(**training)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"recipe 'training' section: {exc}") from None
-
-
-def check_model(recipe: Mapping[str, Any]):
-    """The base's config (read, not its weights): a checkpoint that is no DiffusionGemma, or a split that does
-    not fit it, fails here before any data or weights load. Returns the split."""
-    from anchored_reasoning.models.diffusion_gemma import LayerSplit, check_diffusion_gemma, tiny_diffusion_gemma_config
-    from anchored_reasoning.models.zoo import resolve_model
-
-    model_cfg = dict(recipe.get("model") or {})
-    if model_cfg.get("tiny") is not None:
-        tiny = {k: v for k, v in dict(model_cfg["tiny"]).items() if k != "tokenizer_vocab"}
-        config = tiny_diffusion_gemma_config(**tiny)
-    else:
-        from transformers import AutoConfig
-
-        ref = resolve_model(str(model_cfg["name"]))
-        check_diffusion_gemma(ref, "model.name")
-        config = AutoConfig.from_pretrained(ref)
-    return LayerSplit.for_model(config, model_cfg.get("split"))
-
-
-def build_base(recipe: Mapping[str, Any], output_dir: Path, texts: Sequence[str], device: Any):
-    """``(model, tokenizer, base reference)``: the named checkpoint, or a tiny random one saved under
-    ``<output_dir>/base`` (reused when a rerun resumes)."""
-    from anchored_reasoning.models.diffusion_gemma import load_diffusion_gemma, make_tiny_diffusion_gemma
-    from anchored_reasoning.models.zoo import resolve_model
-
-    model_cfg = dict(recipe.get("model") or {})
-    if model_cfg.get("tiny") is not None:
-        base = output_dir / "base"
-        if not (base / "config.json").is_file():
-            make_tiny_diffusion_gemma(base, texts=texts, seed=int(recipe.get("seed", 0)), **dict(model_cfg["tiny"]))
-        ref = str(base.resolve())
-    else:
-        ref = resolve_model(str(model_cfg["name"]))
-    model, tokenizer = load_diffusion_gemma(ref, dtype=model_cfg.get("dtype"), device=str(device))
-    model.requires_grad_(False)
-    return model, tokenizer, ref
-
-
-def _texts_and_examples(recipe: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
-    data, seed = dict(recipe.get("data") or {}), int(recipe.get("seed", 0))
-    if data.get("text_file"):
-        from anchored_reasoning.train.pipelines.diffusion import data_path
-        from anchored_reasoning.train.data.diffusion_data import read_text_documents
-
-        return read_text_documents(data_path(data["text_file"]), split_lines=True), []
-    from anchored_reasoning.train.data.data_sources import load_split
-
-    examples = load_split(data["train"], recipe.get("task"), seed)
-    return [e.question + " " + " ".join(e.steps or []) + " " + str(e.answer) for e in examples], examples
-
-
-def run(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = ()) -> Path:
-    """Post-train a fusion from a recipe (dict, name or path) with dotted overrides. Returns the output folder."""
-    from datasets import Dataset
-
-    from anchored_reasoning.models.tadm_gemma import AnchorFusion, TADMDiffusionGemma, fusion_parameters
-    from anchored_reasoning.train import checkpointing
-    from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
-    from anchored_reasoning.train.tadm_gemma_data import ContextCanvasCollator, example_rows, text_rows
-
-    recipe = resolve_recipe(recipe, overrides)  # every key and value checked here, before any work
-    seed = int(recipe.get("seed", 0))
-    output_dir = Path(recipe.get("output_dir") or f"runs/{Path(str(recipe.get('_source', TRAINER))).stem}")
-    config = make_config(recipe, output_dir)
-    plan = checkpointing.plan_resume(output_dir, recipe, trainer=TRAINER)  # a changed recipe fails here
-    if plan.finished:
-        return output_dir
-    model_cfg, data = dict(recipe.get("model") or {}), dict(recipe.get("data") or {})
-    split = check_model(recipe)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    texts, examples = _texts_and_examples(recipe)
-    base, tokenizer, base_ref = build_base(recipe, output_dir, texts, config.device)
-    tadm = TADMDiffusionGemma(base, split=split)
-    canvas, max_context = int(base.config.canvas_length), int(data.get("max_context", 1024))
-    rows = (example_rows(examples, recipe["task"], data["method"], tokenizer, canvas, max_context, seed) if examples
-            else text_rows(texts, tokenizer, canvas, max_context, seed))
-    fusion = AnchorFusion.for_model(base, tadm.split, fusion_dim=int(model_cfg.get("fusion_dim") or 192),
-                                    num_heads=int(model_cfg.get("fusion_heads") or 3), base_model=base_ref, seed=seed)
-    n_fusion = fusion_parameters(fusion)
-    logger.info("TADM post-training of %s: split %s, fusion %d parameters (the only ones that train); %d rows, "
-                "ready in %.1fs", base_ref, tadm.split, n_fusion, len(rows), time.monotonic() - t0)
-
-    budget = TimeBudgetCallback(config.max_train_seconds)
-    trainer = TADMGemmaTrainer(model=fusion, args=config, train_dataset=Dataset.from_list(rows),
-                               data_collator=ContextCanvasCollator(tokenizer.pad_token_id), callbacks=[budget], tadm=tadm)
-    run_state = checkpointing.attach(trainer, plan, budget=budget)
-    t_train = time.monotonic()
-    checkpointing.train(trainer, plan)
-    train_seconds = time.monotonic() - t_train
-    in_optimizer = sum(p.numel() for g in trainer.optimizer.param_groups for p in g["params"]) if trainer.optimizer else 0
-    if any(p.requires_grad for p in base.parameters()) or in_optimizer not in (0, n_fusion):
-        raise RuntimeError(f"post-training reached beyond the fusion ({in_optimizer} optimised parameters, fusion "
-                           f"{n_fusion}); the DiffusionGemma must stay frozen")
-
-    checkpointing.save_model(trainer, output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(output_dir))
-        meta = {"backend": "diffusion_gemma", "arch": "tadm_gemma", "base_model": base_ref, "task": recipe.get("task"),
-                "method": str(data.get("method") or "text"), "style": "pretrained"}
-        (output_dir / "anchored_reasoning.json").write_text(json.dumps(meta, indent=2) + "\n")
-        summary = {
-            "recipe": {k: v for k, v in recipe.items() if not str(k).startswith("_")},
-            "recipe_source": recipe.get("_source"), "base_model": base_ref,
-            "split": dataclasses.asdict(tadm.split), "fusion_parameters": n_fusion,
-            "base_parameters": sum(p.numel() for p in base.parameters()),
-            "rows": len(rows), "canvas_length": canvas, "global_steps": trainer.state.global_step,
-            "train_seconds": round(train_seconds, 2), "train_seconds_all_sessions": round(run_state.seconds_spent(), 2),
-            "resumed_from_step": plan.step, "session": plan.session,
-            "stopped_by_time_budget": budget.stopped_early or bool(plan.saved.get("stopped")),
-            "layer_calls_per_step": {"shared": tadm.split.shared, "anchor": tadm.split.anchor, "denoiser": tadm.split.denoiser},
-            "log_history": trainer.state.log_history,
-        }
-        (output_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    checkpointing.mark_complete(plan, trainer)
-    logger.info("saved %s (%d steps, %.0fs; fusion %d parameters)", output_dir, trainer.state.global_step,
-                train_seconds, n_fusion)
-    return output_dir
-
-
-__all__ = ["TADMGemmaConfig", "TADMGemmaTrainer", "posttrain_loss", "resolve_recipe", "run"]
+__all__ = ["TADMGemmaConfig", "TADMGemmaTrainer", "posttrain_loss", "tadm_sampler"]
