@@ -29,7 +29,7 @@ from anchored_reasoning.errors import ConfigError, DataError, ResumeError
 from anchored_reasoning.eval.report import render_markdown, summarize
 from anchored_reasoning.eval.grading import gold_of, grade_all
 from anchored_reasoning.eval.records import CONFIG, RECORDS, SUMMARY_JSON, SUMMARY_MD, jsonable, load_records
-from anchored_reasoning.eval.runner import _resolve_task
+from anchored_reasoning.eval.runner import resolve_task
 from anchored_reasoning.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def regrade_run(
         config = json.loads((run / CONFIG).read_text())
     except ValueError as exc:
         raise ConfigError(f"{run / CONFIG} is not valid JSON: {exc}") from exc
-    task = _resolve_task(task if task is not None else config.get("task"))
+    task = resolve_task(task if task is not None else config.get("task"))
     if getattr(task, "is_code", False):  # refuse unisolated code execution (never graded wrong instead)
         from anchored_reasoning.tasks.code_exec import preflight
 

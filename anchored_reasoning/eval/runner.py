@@ -43,7 +43,6 @@ from anchored_reasoning.eval.records import (
     SUMMARY_MD,
     append_records,
     describe_method,
-    diff_settings,  # noqa: F401 - anchored_reasoning.train.checkpointing imports it from here (to move there)
     jsonable,
     load_records,
     make_record,
@@ -74,7 +73,7 @@ def run_eval(task: Any, backend: Any, method: Any, *, out_dir: str | os.PathLike
     format, and a name it was not trained with is refused; an instruct-style method object for such a
     checkpoint is refused too. Sampling defaults come from the task's ``generation`` settings; the
     arguments override them. ``examples`` replaces the task's own (``limit`` still applies)."""
-    task = _resolve_task(task)
+    task = resolve_task(task)
     if method is None or isinstance(method, str):
         method = method_for_backend(method, backend)  # as the CLI does: a trained checkpoint's own format
     else:
@@ -119,7 +118,8 @@ def run_eval(task: Any, backend: Any, method: Any, *, out_dir: str | os.PathLike
         return _summarise(out, task, backend, records, examples, config, spec)
 
 
-def _resolve_task(task: Any) -> Any:
+def resolve_task(task: Any) -> Any:
+    """``task`` as a Task: a name is looked up in the registry, anything else is returned as it is."""
     if isinstance(task, str):
         from anchored_reasoning.tasks import get_task
 

@@ -158,7 +158,7 @@ def check_run_config(output_dir: str | os.PathLike, recipe: Mapping[str, Any]) -
     """The ``run_config.json`` of an earlier run in ``output_dir`` (None if none); :class:`ResumeError`
     naming every key where ``recipe`` differs from it, or when checkpoints exist without it. Writes
     nothing (a trainer may call it before loading data, then :func:`plan_resume`)."""
-    from anchored_reasoning.eval.runner import diff_settings
+    from anchored_reasoning.eval.records import diff_settings
 
     out = Path(output_dir)
     config_path = out / RUN_CONFIG

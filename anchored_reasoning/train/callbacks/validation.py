@@ -88,7 +88,8 @@ class GenerationEvaluator:
 
     def evaluate(self, model, method, name: str = "validation") -> GenerationResult:
         from anchored_reasoning.backends.hf import HFBackend
-        from anchored_reasoning.eval.runner import RECORDS, SUMMARY_JSON, load_records, run_eval
+        from anchored_reasoning.eval.records import RECORDS, SUMMARY_JSON, load_records
+        from anchored_reasoning.eval.runner import run_eval
 
         backend = HFBackend.from_loaded(model, self.tokenizer, batch_size=self.batch_size)
         was_training = model.training
