@@ -1,4 +1,4 @@
-"""The one run skeleton every recipe trainer (``ar``, ``diffusion``, ``tadm``, ``grpo``) goes through.
+"""The one run skeleton every recipe trainer (``ar``, ``diffusion``, ``tadm``, ``grpo``, ``tadm_gemma``) goes through.
 
 :func:`execute` runs the steps in this order; a :class:`Pipeline` subclass per trainer kind supplies the
 kind-specific hooks (``configure``, ``prepare``, ``build``, ``finish``, ``meta``, ``summary``):
