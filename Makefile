@@ -31,9 +31,12 @@ install-all: install
 demo: install
 	anchored-reasoning demo
 
+# One pytest worker per core, one torch thread each (small models train faster on one thread than on two);
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: install
-	ANCHORED_REASONING_DATA=$${ANCHORED_REASONING_DATA:-$(DATA)} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} \
-		$(PYTHON) -m pytest -q -ra
+	ANCHORED_REASONING_DATA=$${ANCHORED_REASONING_DATA:-$(DATA)} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+		$(PYTHON) -m pytest -q -ra -n $(TEST_WORKERS)
 
 test-fast:
 	$(PYTHON) -m pytest -q -ra -m "not slow"
