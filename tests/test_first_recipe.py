@@ -32,6 +32,11 @@ def test_depths_come_from_the_held_out_mix_and_the_paired_difference_is_against_
     assert "prosqa_search_cpu method.name=nocot" in result["commands"]["nocot"]
 
 
-def test_an_unfinished_run_is_named_without_training(tmp_path):
-    with pytest.raises(SystemExit, match="nocot_s0 is not finished"):
+def test_without_training_the_finished_seeds_are_reported_and_a_method_with_none_is_refused(tmp_path):
+    ids = [f"gen-valid{s}-0" for s in range(3)]
+    _run(tmp_path, "cot_s0", {i: 1 for i in ids})
+    assert first_recipe.main(["--work-dir", str(tmp_path), "--seeds", "0", "1", "--methods", "cot", "--no-train",
+                              "--out", str(tmp_path / "out.json")]) == 0
+    assert json.loads((tmp_path / "out.json").read_text())["methods"]["cot"]["seeds"] == [0]
+    with pytest.raises(SystemExit, match="nocot: no finished run"):
         first_recipe.main(["--work-dir", str(tmp_path), "--seeds", "0", "--methods", "nocot", "--no-train"])
