@@ -71,10 +71,9 @@ def test_suite_seam(monkeypatch, tmp_path, capsys):
     assert main(["eval", str(tmp_path / "suite.yaml"), "--limit", "3", "--seed", "0", "--no-progress"]) == 0
     assert seen == {"path": str(tmp_path / "suite.yaml"), "overrides": {"limit": 3, "seed": 0}, "progress": False}
     assert capsys.readouterr().out.startswith("| table |")
-    # what a suite names itself is refused, not silently dropped
-    seen.clear()
-    assert main(["eval", str(tmp_path / "suite.yaml"), "--method-arg", "k=3"]) == 1
-    assert "--method-arg with a suite file" in capsys.readouterr().err and not seen
+    # --task / --method filter the suite's runs; --method-arg reaches every run (not dropped)
+    assert main(["eval", str(tmp_path / "suite.yaml"), "--task", "gsm8k", "--method-arg", "k=3"]) == 0
+    assert seen["overrides"] == {"task": "gsm8k", "method_args": {"k": 3}}
 
 
 class SeededBackend:

@@ -74,10 +74,13 @@ PAPER = {"prosqa": 17886, "prontoqa": 9000, "gsm8k": 7473 - 500}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in Path(recipes.find_recipe("tiny_test")).parent.glob("*_gpt2_*.yaml")))
-def test_paper_recipes_walk_the_papers_schedule(name):
+def test_paper_recipes_walk_the_papers_schedule(name, monkeypatch):
     """Each paper recipe, on its data size: Coconut's effective batch 128, and stages that switch
     every 5 epochs (logic) or 3 epochs (GSM8K) of a 50 / 25-epoch run."""
     from anchored_reasoning.train.pipelines.ar import make_config
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # offline, a Hub id not in the cache is refused at once;
+        monkeypatch.delenv(var, raising=False)             # these recipes name GPT-2 on the Hub, as a GPU user has it
 
     recipe = recipes.resolve(name)
     assert recipe["model"]["name"] == "openai-community/gpt2" and len(recipe["model"]["revision"]) == 40

@@ -270,6 +270,7 @@ def test_quiet_hides_the_model_loading_bars(tiny, capsys):
 
     from anchored_reasoning.commands import quiet_console
 
+    hf_logging.enable_progress_bar()  # whatever an earlier test in this process left (a quiet run turns it off)
     AutoModelForCausalLM.from_pretrained(tiny)
     assert "Loading weights" in capsys.readouterr().err  # the bar this test is about
     levels = [(h, h.level) for h in logging.getLogger().handlers]

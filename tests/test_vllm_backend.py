@@ -58,6 +58,14 @@ class FakeLLM:
         return [self._answer(c[-1]["content"], params) for c in conversations]
 
 
+@pytest.fixture(autouse=True)
+def online_names(monkeypatch):
+    """The fake engine's Hub ids ('org/ckpt') are names only: nothing is downloaded, so the offline cache check
+    (a Hub id not cached while HF_HUB_OFFLINE is set is refused) does not apply; CI runs with it set."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch):
     mod = types.ModuleType("vllm")

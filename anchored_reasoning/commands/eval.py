@@ -51,15 +51,12 @@ def suite_overrides(args: argparse.Namespace) -> dict[str, Any]:
     options = backend_options(args)
     if options:
         overrides["backend_args"] = options
+    if args.method_arg:  # method options over every run of the suite (the suite's own method_args key)
+        overrides["method_args"] = parse_key_values(args.method_arg, "--method-arg")
     return overrides
 
 
 def _run_suite(args: argparse.Namespace) -> int:
-    ignored = [flag for flag, value in (("--method-arg", args.method_arg), ("--method", args.method), ("--task", args.task))
-               if value]
-    if ignored:
-        raise ConfigError(f"{', '.join(ignored)} with a suite file: a suite names its runs' tasks, methods and "
-                          "method_args itself; edit the suite (or evaluate one task without a suite)")
     if importlib.util.find_spec("anchored_reasoning.eval.suites") is None:
         raise ConfigError(f"eval suites are not available in this installation (asked for {args.suite})")
     suites = importlib.import_module("anchored_reasoning.eval.suites")

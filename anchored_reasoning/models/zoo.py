@@ -318,11 +318,12 @@ def _in_hub_cache(repo_id: str) -> bool:
     return (Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))).is_dir()
 
 
-def check_model_reference(name: str | os.PathLike | None) -> None:
+def check_model_reference(name: str | os.PathLike | None, *, about_to_load: bool = True) -> None:
     """Refuse, before anything is loaded or downloaded, a model reference that names nothing: a missing
-    local path, a file, a near-miss of an alias (``smollm2-135M``, ``logic-gpt3``), or a Hub id that is not
-    cached while ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` forbids downloading. Cheap: no alias is
-    materialised. ``None`` (no model given) passes."""
+    local path, a file, a near-miss of an alias (``smollm2-135M``, ``logic-gpt3``), or, when the model is
+    ``about_to_load``, a Hub id that is not cached while ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE`` forbids
+    downloading (a recipe's validation passes ``about_to_load=False``: a Hub model is checked where it loads).
+    Cheap: no alias is materialised. ``None`` (no model given) passes."""
     if name is None:
         return
     name = str(name)
@@ -342,7 +343,7 @@ def check_model_reference(name: str | os.PathLike | None) -> None:
                 f"unknown model alias {name!r}; did you mean {' or '.join(repr(c) for c in close)}? "
                 "(no local directory of that name here either; `anchored-reasoning models` lists the aliases)"
             )
-    if _hub_offline() and not _in_hub_cache(name):
+    if about_to_load and _hub_offline() and not _in_hub_cache(name):
         raise ConfigError(
             f"model {name!r} is not a local directory or an alias, and as a Hub id it is not in the Hugging Face "
             "cache while HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE forbids downloading; unset it, download the model "

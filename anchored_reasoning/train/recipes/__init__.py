@@ -167,5 +167,6 @@ def resolve(
     if trainer is not None and recipe.get("trainer", trainer) != trainer:
         raise ConfigError(f"recipe trainer is {recipe.get('trainer')!r}; this is the {trainer!r} trainer")
     recipe = check_values(recipe, kind)  # before anything is looked up
-    check_model_reference((recipe.get("model") or {}).get("name"))  # a missing path or mistyped alias fails here
+    # a missing path or mistyped alias fails here; a Hub id is checked where it loads (offline: not cached)
+    check_model_reference((recipe.get("model") or {}).get("name"), about_to_load=False)
     return recipe
