@@ -248,7 +248,12 @@ GPQA_ROWS = [
     ("Answer: B. Final: \\boxed{A}", "A"),  # boxed beats phrases
     ("The answer is A bit tricky; **B**", "B"),  # "A bit" is the article
     ("The answer is A", "A"),
-    ("Option E", None),  # only A-D exist
+    ("Option E", "E"),  # only A-D exist: a committed answer outside the options, graded wrong
+    ("The answer is E.", "E"),
+    ("\\boxed{E}", "E"),
+    ("Answer: (C) ... wait, \\boxed{F}", "F"),  # the last boxed letter is the final commitment
+    ("The answer is I think", None),  # "I" is the pronoun, not a letter
+    ("(E) looks odd; I pick (B)", "B"),
     ("I am not sure.", None),
     ("", None),
     ("a", None),  # lower-case letters only after "Answer:"

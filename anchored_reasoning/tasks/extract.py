@@ -27,7 +27,8 @@ Each extractor is a pure function ``(completion, example) -> str | None`` regist
   4. a parenthesised ``(C)``
   5. a line starting with ``C.``, ``C)`` or ``C:`` (``C. text``)
   6. the whole completion is the letter (``C`` / ``C.``)
-  Letters are upper-case, except right after ``Answer:`` and inside ``\\boxed{}``.
+  Letters are upper-case, except right after ``Answer:`` and inside ``\\boxed{}``. A letter that is
+  no option (``\\boxed{E}`` or ``The answer is E`` of four choices) is extracted and grades wrong.
 * ``true_false`` (ProntoQA): the last whole word ``true``/``false`` (any case) -> "True"/"False";
   with neither word, the one-word answer a line ends on (``### Unknown``, ``The answer is
   unknown.``, ``Answer: maybe``) as written, which grades wrong; else None.
@@ -210,10 +211,10 @@ _LINE_START = re.compile(r"(?m)^[ \t]*+(" + _L + r")[.):](?:\s|$)")
 def choice_letter(completion: str, example: Example | None = None) -> str | None:
     n = len(example.choices) if example is not None and example.choices else 4
     valid = "ABCDEFGHIJ"[:n]
-    # 1. a boxed letter
+    # 1. a boxed letter: the last one is the final commitment, an option or not
     for content in reversed(find_boxed(completion, max_len=32)):
         letter = _unwrap_latex(content).strip("()[] .").upper()
-        if len(letter) == 1 and letter in valid:
+        if len(letter) == 1 and letter in "ABCDEFGHIJ":
             return letter
     # 2. an answer phrase; "The answer is A bit ..." is the article, not a letter
     phrases = [
@@ -222,9 +223,9 @@ def choice_letter(completion: str, example: Example | None = None) -> str | None
         if not (m.group(1) == "A" and m.group(2))
     ]
     phrases += [(m.start(), m.group(1).upper()) for m in _LOWER_ANSWER.finditer(completion)]
-    phrases = [p for p in phrases if p[1] in valid]
-    if phrases:
-        return max(phrases)[1]
+    named = [p for p in phrases if p[1] in valid]
+    if named:
+        return max(named)[1]
     # 3.-5. bold, parenthesised, line start
     for pattern in (_BOLD, _PAREN, _LINE_START):
         found = [m.group(1) for m in pattern.finditer(completion) if m.group(1) in valid]
@@ -234,7 +235,9 @@ def choice_letter(completion: str, example: Example | None = None) -> str | None
     whole = completion.strip().strip("*()[]. ")
     if len(whole) == 1 and whole in valid:
         return whole
-    return None
+    # an answer phrase naming a letter that is no option ("The answer is E" of four): a wrong answer
+    outside = [p for p in phrases if p[1] not in valid and p[1] != "I"]
+    return max(outside)[1] if outside else None
 
 
 # ----------------------------------------------------------------------------- logic tasks
