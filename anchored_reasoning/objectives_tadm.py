@@ -9,6 +9,8 @@ sequence of the *later forward-process time* ``t' = min(1, t + a / T)``. Per row
 
 * ``K`` uniformly from ``k_choices`` (default {1, 2, 4, 8}) and the cache age ``a`` uniformly
   from 0..K-1 (so ``a = 0``, a fresh anchor, has probability (1 + 1/2 + 1/4 + 1/8)/4 ~ 0.47);
+* the budget ``T``: fixed (``sampling_steps``), or, with ``budget_choices`` (the paper draws it from
+  :data:`BUDGET_CHOICES` = {128, ..., 4096} for 1,024-token sequences), uniformly from those per row;
 * ``z_t`` by the usual forward process at time ``t``;
 * ``z_t'`` from the *same* trajectory: every position masked in ``z_t`` stays masked, and each
   other eligible position is masked independently with probability ``(p(t') - p(t)) / (1 - p(t))``
@@ -53,6 +55,8 @@ from .objectives import (
 logger = logging.getLogger(__name__)
 
 K_CHOICES = (1, 2, 4, 8)
+#: the paper's sampling budgets T for its 1,024-token sequences (appendix C.2); scale them with the length
+BUDGET_CHOICES = (128, 256, 512, 1024, 2048, 4096)
 ROLLOUT_CHOICES = (0, 1, 2)
 
 
@@ -75,11 +79,21 @@ def draw_staleness(bsz: int, k_choices: Sequence[int] = K_CHOICES, generator: to
     return k.to(device or "cpu"), age.to(device or "cpu")
 
 
-def stale_times(t: torch.Tensor, age: torch.Tensor, steps: int) -> torch.Tensor:
-    """``t' = min(1, t + age / steps)``: when the anchor was computed, ``age`` sampler steps earlier."""
-    if steps < 1:
+def draw_budgets(bsz: int, budget_choices: Sequence[int], generator: torch.Generator | None = None,
+                 device: torch.device | str | None = None) -> torch.Tensor:
+    """Per row a sampling budget T uniform over ``budget_choices``: a long tensor of shape (bsz,)."""
+    ts = torch.tensor(_check_choices(budget_choices, "budget_choices", 1), dtype=torch.long)
+    gen_device = generator.device if generator is not None else "cpu"
+    return ts[torch.randint(len(ts), (bsz,), generator=generator, device=gen_device).cpu()].to(device or "cpu")
+
+
+def stale_times(t: torch.Tensor, age: torch.Tensor, steps: int | torch.Tensor) -> torch.Tensor:
+    """``t' = min(1, t + age / steps)``: when the anchor was computed, ``age`` sampler steps earlier
+    (``steps``: one budget T, or one per row)."""
+    steps_t = torch.as_tensor(steps)
+    if bool((steps_t < 1).any()):
         raise ConfigError(f"sampling_steps={steps} must be >= 1")
-    return (t + age.to(t.dtype) / steps).clamp(max=1.0)
+    return (t + age.to(t.dtype) / steps_t.to(device=t.device, dtype=t.dtype)).clamp(max=1.0)
 
 
 def remask_to(z_t: torch.Tensor, t: torch.Tensor, t_stale: torch.Tensor, mask_token_id: int, eligible: torch.Tensor,
@@ -113,10 +127,11 @@ class _StaleAnchorView:
 
 @dataclass
 class TANELBOLoss(DiffusionLoss):
-    """:class:`DiffusionLoss` plus the drawn refresh periods ``k`` and cache ages ``age`` (B,)."""
+    """:class:`DiffusionLoss` plus the drawn refresh periods ``k``, cache ages ``age`` and budgets ``budget`` (B,)."""
 
     k: torch.Tensor | None = None
     age: torch.Tensor | None = None
+    budget: torch.Tensor | None = None
 
     def metrics(self) -> dict[str, float]:
         out = super().metrics()
@@ -131,9 +146,10 @@ def t_anelbo(model: Any, input_ids: torch.Tensor, *, attention_mask: torch.Tenso
              anchor_tau: int = 5, anchor_ignore_ids: Sequence[int] = (), normalization: str = "token",
              antithetic: bool = True, t_min: float = 1e-3, mask_token_id: int | None = None,
              generator: torch.Generator | None = None, k_choices: Sequence[int] = K_CHOICES, sampling_steps: int = 64,
-             age: torch.Tensor | None = None) -> TANELBOLoss:
+             age: torch.Tensor | None = None, budget_choices: Sequence[int] | None = None) -> TANELBOLoss:
     """T-ANELBO (see the module doc) for a model taking ``anchor_input_ids`` (:class:`TADM`).
-    ``age`` (B,) fixes the cache ages instead of drawing them (then ``k`` is None)."""
+    ``age`` (B,) fixes the cache ages instead of drawing them (then ``k`` is None); ``budget_choices``
+    draws the budget T per row (else every row has ``sampling_steps``)."""
     schedule = schedule or LogLinearSchedule()
     mid = _mask_id(model, mask_token_id)
     bsz = input_ids.shape[0]
@@ -144,13 +160,17 @@ def t_anelbo(model: Any, input_ids: torch.Tensor, *, attention_mask: torch.Tenso
     if age is None:
         k, age = draw_staleness(bsz, k_choices, generator, input_ids.device)
     age = torch.as_tensor(age, device=input_ids.device).reshape(-1).expand(bsz)
+    if budget_choices is not None:
+        budget = draw_budgets(bsz, budget_choices, generator, input_ids.device)
+    else:
+        budget = torch.full((bsz,), int(sampling_steps), dtype=torch.long, device=input_ids.device)
     eligible = eligible_positions(input_ids, attention_mask, prompt_mask, loss_mask)
-    view = _StaleAnchorView(model, t, stale_times(t, age, sampling_steps), eligible, mid, schedule, generator)
+    view = _StaleAnchorView(model, t, stale_times(t, age, budget), eligible, mid, schedule, generator)
     base = diffusion_loss(view, input_ids, attention_mask=attention_mask, prompt_mask=prompt_mask, loss_mask=loss_mask,
                           t=t, schedule=schedule, gamma=gamma, anchor_mask=anchor_mask, anchor_tau=anchor_tau,
                           anchor_ignore_ids=anchor_ignore_ids, normalization=normalization, mask_token_id=mid,
                           generator=generator)
-    return TANELBOLoss(**base.__dict__, k=k, age=age)
+    return TANELBOLoss(**base.__dict__, k=k, age=age, budget=budget)
 
 
 # --------------------------------------------------------------------------- post-training
@@ -276,5 +296,5 @@ def stale_perplexity_bound(model: Any, input_ids: torch.Tensor, attention_mask: 
                            num_sequences=int(input_ids.shape[0]), num_t_samples=k)
 
 
-__all__ = ["K_CHOICES", "ROLLOUT_CHOICES", "draw_staleness", "stale_times", "remask_to", "t_anelbo", "TANELBOLoss",
+__all__ = ["K_CHOICES", "BUDGET_CHOICES", "ROLLOUT_CHOICES", "draw_staleness", "draw_budgets", "stale_times", "remask_to", "t_anelbo", "TANELBOLoss",
            "posttrain_loss", "PostTrainLoss", "stale_perplexity_bound"]

@@ -115,11 +115,12 @@ def pretrain_tadm(args) -> Path:
         shared = 1
         sizes = (f"{{hidden_size: {args.hidden}, num_attention_heads: 4, intermediate_size: {4 * args.hidden}, "
                  f"shared_layers: {shared}, num_hidden_layers: {args.anchor_layers - shared}, "
-                 f"denoiser_layers: {args.denoiser_layers}, max_position_embeddings: {args.seq_len}}}")
+                 f"denoiser_layers: {args.denoiser_layers}, max_position_embeddings: {args.seq_len}, "
+                 "fusion_variant: residual}")  # the fusion and fixed T its tadm_speed.json row was measured with
         ttrain.run("tadm_pretrain_tiny", [
             f"output_dir={out}", f"model.config={sizes}", f"data.seq_len={args.seq_len}", "data.valid_text_file=null",
             f"training.max_steps={args.pretrain_steps}", f"training.learning_rate={args.lr}",
-            f"training.stale_sampling_steps={args.steps}"])
+            f"training.stale_sampling_steps={args.steps}", "training.stale_budget_choices=null"])
     return out
 
 

@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.models import ADLM, ADLMConfig, MDLM, MDLMConfig, TADM, TADMConfig
 from anchored_reasoning.objectives_tadm import (
-    draw_staleness, posttrain_loss, remask_to, stale_perplexity_bound, stale_times, t_anelbo,
+    BUDGET_CHOICES, draw_budgets, draw_staleness, posttrain_loss, remask_to, stale_perplexity_bound, stale_times, t_anelbo,
 )
 from anchored_reasoning.objectives import LogLinearSchedule, perplexity_bound
 from anchored_reasoning.sampling import REMASKING, AnchorCacheModelFn, SamplerConfig, sample
@@ -49,10 +49,11 @@ def noisy(b=3, l=12, seed=1):
 
 
 def test_fusion_at_initialisation_returns_the_cached_anchor_unchanged():
-    model = tadm()
+    model = tadm(fusion_variant="residual")
     f = model.fusion
     assert torch.all(f.gate.bias == -3.0) and torch.all(f.delta_out.weight == 0) and torch.all(f.delta_out.bias == 0)
     assert f.delta_in.weight.abs().sum() > 0 and f.gate.weight.abs().sum() > 0  # the rest is really initialised
+    assert f.norm_out is None and f.delta_in.out_features == 32  # residual: no output norm, d-wide MLP
     g = torch.Generator().manual_seed(0)
     c, h = torch.randn(2, 7, 32, generator=g), torch.randn(2, 7, 32, generator=g) * 5
     assert torch.equal(f(c, h), h)
@@ -65,6 +66,53 @@ def test_fusion_at_initialisation_returns_the_cached_anchor_unchanged():
         assert not torch.equal(model.denoise(anchor, z_new), model.denoise(anchor, z_new, fuse=False))
         model.fusion.reset_to_identity()
         assert torch.equal(model.denoise(anchor, z_new), model.denoise(anchor, z_new, fuse=False))
+
+
+def test_published_fusion_is_the_papers_module():
+    """Appendix C.2: u = [LN c; LN h]; delta = W2 GELU(W1 u + b1) + b2 with W1: 2d -> 4d, W2: 4d -> d
+    zero-initialised; g = sigmoid(Wg u + bg) per position and dimension; h~ = LN(h + g * delta)."""
+    model = tadm()  # the default variant
+    assert model.config.fusion_variant == "published"
+    f = model.fusion
+    assert (f.delta_in.in_features, f.delta_in.out_features) == (64, 128)  # 2d -> 4d
+    assert (f.delta_out.in_features, f.delta_out.out_features) == (128, 32)  # 4d -> d
+    assert (f.gate.in_features, f.gate.out_features) == (64, 32)  # a gate per hidden dimension
+    assert torch.all(f.delta_out.weight == 0) and torch.all(f.delta_out.bias == 0)
+    g = torch.Generator().manual_seed(0)
+    c, h = torch.randn(2, 7, 32, generator=g), torch.randn(2, 7, 32, generator=g) * 5 + 2
+    # zero last projection: at initialisation the output is the output LayerNorm of the stale anchor, whatever c
+    with torch.no_grad():
+        at_init = f(c, h)
+        assert torch.equal(at_init, f.norm_out(h)) and torch.equal(f(c * 3 + 1, h), at_init)
+        assert torch.allclose(at_init, torch.nn.functional.layer_norm(h, (32,), eps=1e-5), atol=1e-6)
+        perturb_fusion(model)
+        u = torch.cat([torch.nn.functional.layer_norm(c, (32,), f.norm_c.weight, f.norm_c.bias, 1e-5),
+                       torch.nn.functional.layer_norm(h, (32,), f.norm_h.weight, f.norm_h.bias, 1e-5)], -1)
+        delta = f.delta_out(torch.nn.functional.gelu(f.delta_in(u)))
+        want = torch.nn.functional.layer_norm(h + torch.sigmoid(f.gate(u)) * delta, (32,), f.norm_out.weight,
+                                              f.norm_out.bias, 1e-5)
+        assert torch.allclose(f(c, h), want, atol=1e-5)
+    assert tadm(fusion_size=48).fusion.delta_in.out_features == 48  # fusion_size still overrides the width
+    with pytest.raises(ValueError, match="fusion_variant"):
+        tadm(fusion_variant="attention")
+
+
+def test_a_checkpoint_saved_before_the_variant_existed_loads_as_residual(tmp_path):
+    model = perturb_fusion(tadm(fusion_variant="residual"))
+    z_old, z = noisy(seed=4), noisy(seed=5)
+    with torch.no_grad():
+        ref = model(z, anchor_input_ids=z_old).logits
+    model.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg.pop("fusion_variant") == "residual"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))  # as the checkpoints written before the key
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.fusion_variant == "residual" and loaded.fusion.norm_out is None
+    with torch.no_grad():
+        assert torch.equal(loaded(z, anchor_input_ids=z_old).logits, ref)
+    published = tadm()
+    published.save_pretrained(tmp_path / "p")
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "p").config.fusion_variant == "published"
 
 
 @pytest.mark.parametrize("source,shared", [(ADLM, 0), (ADLM, 1), (MDLM, 0), (MDLM, 1)])
@@ -84,8 +132,8 @@ def test_built_from_a_trained_model_it_equals_that_model_and_only_fusion_trains(
 def test_relative_fusion_corrects_by_a_share_of_h_whatever_its_size(scale):
     """fusion_scale="relative": the correction is proportional to |h| (Phi(c, 8 h) - 8 h ==
     8 (Phi(c, h) - h)); "absolute" (the default) adds the same correction whatever |h| is. Both start
-    as the identity."""
-    model = tadm(fusion_scale=scale)
+    as the identity (the residual variant: the published one's output LayerNorm rescales everything)."""
+    model = tadm(fusion_scale=scale, fusion_variant="residual")
     f = model.fusion
     c, h = torch.randn(2, 5, 32), torch.randn(2, 5, 32)
     assert torch.equal(f(c, h), h)  # identity at initialisation
@@ -205,6 +253,38 @@ def test_stale_anchor_draws_follow_the_forward_process():
         rows = age == a
         want = float(sched.mask_prob(torch.tensor(min(1.0, 0.3 + a / 10))))
         assert abs(float((z_stale[rows] == MASK).float().mean()) - want) < 0.03
+
+
+def test_budgets_are_drawn_per_row_and_set_the_stale_time():
+    """The paper: T ~ {128, ..., 4096}, t' = min(1, t + k / T) with the row's own T."""
+    assert BUDGET_CHOICES == (128, 256, 512, 1024, 2048, 4096)
+    budget = draw_budgets(6000, BUDGET_CHOICES, torch.Generator().manual_seed(0))
+    assert set(budget.tolist()) == set(BUDGET_CHOICES)
+    assert all(abs(float((budget == b).float().mean()) - 1 / 6) < 0.03 for b in BUDGET_CHOICES)
+    t, age = torch.full((4,), 0.5), torch.tensor([0, 3, 7, 7])
+    assert torch.allclose(stale_times(t, age, torch.tensor([128, 128, 4096, 8])), torch.tensor([0.5, 0.5 + 3 / 128,
+                                                                                               0.5 + 7 / 4096, 1.0]))
+    with pytest.raises(ConfigError, match="budget_choices"):
+        draw_budgets(4, [128, 0])
+    model = tadm().train()
+    x = torch.randint(4, V, (64, 8), generator=torch.Generator().manual_seed(1))
+    drawn = t_anelbo(model, x, generator=torch.Generator().manual_seed(2), budget_choices=(16, 4096))
+    assert set(drawn.budget.tolist()) == {16, 4096}
+    fixed = t_anelbo(model, x, generator=torch.Generator().manual_seed(2), sampling_steps=16)
+    assert set(fixed.budget.tolist()) == {16}
+    # the budget reaches the stale anchor: with every cache age 7, T = 1 masks everything, T = 10**6 nothing more
+    seen = {}
+
+    def spy(input_ids, attention_mask=None, anchor_input_ids=None):
+        seen["stale"] = anchor_input_ids
+        return model(input_ids=input_ids, attention_mask=attention_mask, anchor_input_ids=anchor_input_ids)
+
+    spy.config = model.config
+    age7 = torch.full((64,), 7)
+    t_anelbo(spy, x, age=age7, t=torch.full((64,), 0.3), sampling_steps=1, generator=torch.Generator().manual_seed(3))
+    assert torch.all(seen["stale"] == MASK)
+    t_anelbo(spy, x, age=age7, t=torch.full((64,), 0.3), budget_choices=(10**6,), generator=torch.Generator().manual_seed(3))
+    assert 0 < float((seen["stale"] == MASK).float().mean()) < 0.5
 
 
 def test_stale_perplexity_bound_k1_is_the_plain_bound_and_staleness_is_measured():

@@ -1,5 +1,6 @@
 """TADM: a time-anchored diffusion LM whose expensive anchor output is cached across denoising steps
-(design: ../shared/PAPERS.md section 3; arXiv 2609.37924, details reconstructed from its abstract).
+(design: ../shared/PAPERS.md section 3; arXiv 2609.37924, the pretraining variant of its appendix C.2;
+where this differs from the paper, docs/tadm.md says so).
 
 Four parts, sizes from :class:`TADMConfig`::
 
@@ -13,10 +14,15 @@ Four parts, sizes from :class:`TADMConfig`::
 * ``anchor_bottleneck="logits"`` (default, ADLM-style): ``h = anchor_proj(anchor_head(A(S(z))))``;
   the anchor head's logits are what ADLM's anchor supervision (gamma > 0) trains.
   ``"hidden"``: ``h = A(S(z))`` (no anchor head; used when splitting a trained MDLM).
-* Phi, the fusion module: both inputs are LayerNorm'ed and concatenated; ``delta`` is a two-layer
-  GELU MLP whose output layer starts at zero, ``g`` a sigmoid gate whose bias starts at
-  ``fusion_gate_bias`` (-3). So at initialisation ``Phi(c, h) == h`` exactly and TADM computes
-  ``D(h)``: the correction starts at zero.
+* Phi, the fusion module (``fusion_variant="published"``, the default: the paper's appendix C.2):
+  both inputs are LayerNorm'ed and concatenated, ``u = [LN c; LN h]``; ``delta`` is a
+  2d -> 4d -> d GELU MLP whose last projection (weight and bias) starts at zero; ``g`` a per-position,
+  per-dimension sigmoid gate (bias starting at ``fusion_gate_bias``, -3); then an output LayerNorm:
+  ``Phi(c, h) = LN_out(h + g * delta)``. So at initialisation ``Phi(c, h) == LN_out(h)``: the
+  correction starts at zero and D reads the stale anchor, normalised. ``"residual"`` (checkpoints
+  saved before the variant existed, and every TADM built by :meth:`TADM.from_diffusion_model`):
+  no output LayerNorm and a d-wide MLP, so ``Phi(c, h) == h`` exactly at initialisation -- what
+  post-training needs for an untrained TADM to equal its source model.
 * Cost of sampling T steps with the anchor refreshed every K steps, in transformer-layer calls per
   sample: ``T * (L_S + L_D) + ceil(T / K) * L_A``.
 
@@ -54,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 BOTTLENECKS = ("logits", "hidden")
 FUSION_SCALES = ("relative", "absolute")
+FUSION_VARIANTS = ("published", "residual")
 
 
 class TADMConfig(MDLMConfig):
@@ -61,7 +68,12 @@ class TADMConfig(MDLMConfig):
 
     * ``shared_layers`` (L_S): blocks of S, run at every step (0 = S is the token embedding only);
     * ``denoiser_layers`` (L_D; None = ``num_hidden_layers // 2``, at least 1);
-    * ``fusion_size``: Phi's MLP width (None = ``hidden_size``); ``fusion_gate_bias``: g's initial bias;
+    * ``fusion_variant``: ``"published"`` (the paper's T-ANELBO fusion: output LayerNorm, MLP width
+      ``4 * hidden_size``) or ``"residual"`` (no output LayerNorm, width ``hidden_size``; Phi is the
+      identity at initialisation). A saved config without this key is ``"residual"`` (see
+      :meth:`from_dict`): the checkpoints written before it existed load as they were trained;
+    * ``fusion_size``: Phi's MLP width (None = the variant's: 4d published, d residual);
+      ``fusion_gate_bias``: g's initial bias;
     * ``fusion_scale``: ``"absolute"`` (default) adds Phi's correction as is; ``"relative"`` scales it
       by the RMS of h per position, so it is a share of h whatever h's size (tried for issue 13: on
       logic text it was no better, see docs/tadm.md);
@@ -76,17 +88,34 @@ class TADMConfig(MDLMConfig):
 
     shared_layers: int = 1
     denoiser_layers: int | None = None
+    fusion_variant: str = "published"
     fusion_size: int | None = None
     fusion_gate_bias: float = -3.0
     fusion_scale: str = "absolute"
     anchor_bottleneck: str = "logits"
 
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """A config saved before ``fusion_variant`` existed describes the residual fusion it was trained with."""
+        if "fusion_variant" not in config_dict:
+            config_dict = {**config_dict, "fusion_variant": "residual"}
+        return super().from_dict(config_dict, **kwargs)
+
     @property
     def num_denoiser_layers(self) -> int:
         return self.denoiser_layers if self.denoiser_layers is not None else max(1, self.num_hidden_layers // 2)
 
+    @property
+    def fusion_width(self) -> int:
+        """Phi's MLP width: ``fusion_size``, else 4d (published) or d (residual)."""
+        if self.fusion_size is not None:
+            return self.fusion_size
+        return (4 if self.fusion_variant == "published" else 1) * self.hidden_size
+
     def check_sizes(self) -> None:
         problems = []
+        if self.fusion_variant not in FUSION_VARIANTS:
+            problems.append(f"fusion_variant={self.fusion_variant!r} must be one of {FUSION_VARIANTS}")
         if self.fusion_scale not in FUSION_SCALES:
             problems.append(f"fusion_scale={self.fusion_scale!r} must be one of {FUSION_SCALES}")
         if self.anchor_bottleneck not in BOTTLENECKS:
@@ -107,14 +136,16 @@ class TADMConfig(MDLMConfig):
 
 
 class Fusion(nn.Module):
-    """Phi(c, h) = h + s(h) * sigmoid(gate([LN c, LN h])) * delta([LN c, LN h]), delta a GELU MLP, with
-    s(h) = 1 (``scale="absolute"``, the default) or the RMS of h per position (``"relative"``).
+    """Phi(c, h) = N(h + s(h) * sigmoid(gate(u)) * delta(u)), u = [LN c; LN h], delta a two-layer GELU
+    MLP (2d -> ``fusion_size`` -> d), with s(h) = 1 (``scale="absolute"``, the default) or the RMS of h per
+    position (``"relative"``), and N the output LayerNorm (``output_norm=True``) or nothing.
 
     Initialised (by :meth:`TADM._init_weights` / :meth:`reset_to_identity`) with delta's output layer
-    at zero and the gate bias at ``gate_bias``: Phi returns h unchanged until it is trained."""
+    at zero and the gate bias at ``gate_bias``: until it is trained Phi returns N(h), i.e. h unchanged
+    without the output norm."""
 
     def __init__(self, hidden_size: int, fusion_size: int, gate_bias: float = -3.0, eps: float = 1e-5,
-                 scale: str = "absolute"):
+                 scale: str = "absolute", output_norm: bool = False):
         super().__init__()
         self.gate_bias, self.relative = gate_bias, scale == "relative"
         self.norm_c = nn.LayerNorm(hidden_size, eps=eps)
@@ -122,12 +153,13 @@ class Fusion(nn.Module):
         self.delta_in = nn.Linear(2 * hidden_size, fusion_size)
         self.delta_out = nn.Linear(fusion_size, hidden_size)
         self.gate = nn.Linear(2 * hidden_size, hidden_size)
+        self.norm_out = nn.LayerNorm(hidden_size, eps=eps) if output_norm else None
         # Read by TADM._init_weights (transformers initialises each Linear itself, then flags it).
         self.delta_out._tadm_zero_init = True
         self.gate._tadm_bias_init = gate_bias
 
     def reset_to_identity(self) -> None:
-        """Phi(c, h) == h again (delta's output layer zero, gate bias back to ``gate_bias``)."""
+        """No correction again: Phi(c, h) == N(h) (delta's output layer zero, gate bias back to ``gate_bias``)."""
         with torch.no_grad():
             self.delta_out.weight.zero_()
             self.delta_out.bias.zero_()
@@ -138,7 +170,8 @@ class Fusion(nn.Module):
         correction = torch.sigmoid(self.gate(u)) * self.delta_out(F.gelu(self.delta_in(u)))
         if self.relative:  # a fraction of h, so its size does not depend on the anchor bottleneck's scale
             correction = correction * h.float().pow(2).mean(-1, keepdim=True).sqrt().to(correction.dtype)
-        return h + correction
+        out = h + correction
+        return self.norm_out(out) if self.norm_out is not None else out
 
 
 @dataclass
@@ -177,8 +210,8 @@ class TADM(DiffusionPreTrainedModel):
         if logits_bottleneck:
             self.anchor_head = nn.Linear(c.hidden_size, c.vocab_size)
             self.anchor_proj = nn.Linear(c.vocab_size, c.hidden_size)
-        self.fusion = Fusion(c.hidden_size, c.fusion_size or c.hidden_size, c.fusion_gate_bias, c.layer_norm_eps,
-                             c.fusion_scale)
+        self.fusion = Fusion(c.hidden_size, c.fusion_width, c.fusion_gate_bias, c.layer_norm_eps, c.fusion_scale,
+                             output_norm=c.fusion_variant == "published")
         self.denoiser = _encoder(c, c.num_denoiser_layers, final_norm=True)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size)
         self.post_init()
@@ -220,7 +253,8 @@ class TADM(DiffusionPreTrainedModel):
                 position_ids: torch.Tensor | None = None, *, fuse: bool = True) -> torch.Tensor:
         """Phi and D: a (possibly stale) anchor and the current tokens -> (B, L, V) SUBS log-probs.
         S runs on ``input_ids`` unless the anchor was computed from these very tokens.
-        ``fuse=False`` skips Phi (``D(h)``): for a TADM built from ADLM/MDLM this is the source model."""
+        ``fuse=False`` skips Phi (``D(h)``): for a TADM built from ADLM/MDLM this is the source model
+        (with the published variant's output norm, an untrained Phi gives ``D(LN_out(h))`` instead)."""
         self._check_inputs(input_ids)
         h = anchor.hidden
         if fuse:
@@ -269,6 +303,8 @@ class TADM(DiffusionPreTrainedModel):
           anchor head and the projection of its logits), D = its denoiser.
         * MDLM: S = the first ``shared_layers`` blocks, A = the next ``anchor_layers`` (default: half
           of the rest, rounded up), D = the remaining blocks and the final norm; h = hidden states.
+
+        Phi is the ``"residual"`` variant (no output LayerNorm), so the untrained TADM equals ``base``.
         """
         bc = base.config
         common = {k: getattr(bc, k) for k in (
@@ -285,7 +321,7 @@ class TADM(DiffusionPreTrainedModel):
                                   f"blocks ({n_anchor - shared_layers}); leave anchor_layers unset")
             cfg = TADMConfig(**common, shared_layers=shared_layers, num_hidden_layers=n_anchor - shared_layers,
                              denoiser_layers=bc.num_denoiser_layers, anchor_bottleneck="logits", fusion_size=fusion_size,
-                             fusion_gate_bias=fusion_gate_bias, fusion_scale=fusion_scale)
+                             fusion_gate_bias=fusion_gate_bias, fusion_scale=fusion_scale, fusion_variant="residual")
 
             def rename(key: str) -> str:
                 if key.startswith("anchor.layers."):
@@ -302,7 +338,7 @@ class TADM(DiffusionPreTrainedModel):
                                   "and a denoiser of at least one block; lower shared_layers/anchor_layers")
             cfg = TADMConfig(**common, shared_layers=shared_layers, num_hidden_layers=a, denoiser_layers=rest - a,
                              anchor_bottleneck="hidden", fusion_size=fusion_size, fusion_gate_bias=fusion_gate_bias,
-                             fusion_scale=fusion_scale)
+                             fusion_scale=fusion_scale, fusion_variant="residual")
 
             def rename(key: str) -> str:
                 if key.startswith("encoder.layers."):
@@ -333,4 +369,4 @@ class TADM(DiffusionPreTrainedModel):
         return model
 
 
-__all__ = ["TADM", "TADMConfig", "TADMAnchor", "Fusion", "BOTTLENECKS", "FUSION_SCALES"]
+__all__ = ["TADM", "TADMConfig", "TADMAnchor", "Fusion", "BOTTLENECKS", "FUSION_SCALES", "FUSION_VARIANTS"]

@@ -10,12 +10,12 @@ The recipe is the ``diffusion`` trainer's (same ``data`` section, same ``trainin
     trainer: tadm
     model:
       preset: tiny                      # from scratch: a TADMConfig preset + config overrides
-      config: {shared_layers: 1, num_hidden_layers: 4, denoiser_layers: 1}
+      config: {shared_layers: 1, num_hidden_layers: 4, denoiser_layers: 1}   # fusion_variant: published (default)
       name: null                        # ... or a TADM checkpoint to continue
       base: null                        # ... or an MDLM/ADLM checkpoint to post-train (backbone frozen)
       shared_layers: 0                  # post-training: blocks of the source model that run every step
       anchor_layers: null               # post-training from an MDLM: blocks of A (default half the rest)
-      fusion_size: null                 # Phi's MLP width (default hidden_size)
+      fusion_size: null                 # Phi's MLP width (default 4 x hidden_size; post-training: hidden_size)
     data:
       ppl_refresh_every: [1, 3]         # K values for the stale perplexity bound after training
       ppl_max_blocks: 200               # score the first N seq_len blocks of valid_text_file (null: all)
@@ -23,6 +23,7 @@ The recipe is the ``diffusion`` trainer's (same ``data`` section, same ``trainin
       tadm_objective: t_anelbo          # or posttrain (needs model.base, or a TADM with frozen backbone)
       stale_k_choices: [1, 2, 4, 8]     # T-ANELBO: refresh periods K; the cache age is uniform in 0..K-1
       stale_sampling_steps: 64          # T: one sampler step moves time by 1/T (stale anchors, rollouts)
+      stale_budget_choices: null        # T-ANELBO: draw T per row from these (the paper: 128..4096 at 1,024 tokens)
       rollout_choices: [0, 1, 2]        # post-training: reverse steps taken with the anchor held fixed
       kl_weight: 1.0                    # post-training: weight of KL(frozen model || TADM)
       ce_weight: 1.0                    # post-training: weight of the NELBO cross-entropy

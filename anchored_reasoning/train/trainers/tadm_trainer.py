@@ -20,6 +20,8 @@ class TADMTrainingConfig(DiffusionSFTConfig):
     tadm_objective: str = field(default="t_anelbo", metadata={"help": "t_anelbo (pretraining) or posttrain"})
     stale_k_choices: list[int] = field(default_factory=lambda: [1, 2, 4, 8], metadata={"help": "T-ANELBO refresh periods"})
     stale_sampling_steps: int = field(default=64, metadata={"help": "sampler steps T; one step moves time by 1/T"})
+    stale_budget_choices: list[int] | None = field(default=None, metadata={
+        "help": "T-ANELBO: draw T per row from these budgets (the paper: 128..4096 for 1,024 tokens); None: stale_sampling_steps"})
     rollout_choices: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "post-training rollouts"})
     kl_weight: float = field(default=1.0, metadata={"help": "post-training: weight of KL(frozen model || TADM)"})
     ce_weight: float = field(default=1.0, metadata={"help": "post-training: weight of the NELBO cross-entropy"})
@@ -32,6 +34,9 @@ class TADMTrainingConfig(DiffusionSFTConfig):
             raise ConfigError(f"stale_sampling_steps={self.stale_sampling_steps} must be >= 1")
         if not self.stale_k_choices or min(self.stale_k_choices) < 1:
             raise ConfigError(f"stale_k_choices={self.stale_k_choices} must be a non-empty list of integers >= 1")
+        if self.stale_budget_choices is not None and (not self.stale_budget_choices or min(self.stale_budget_choices) < 1):
+            raise ConfigError(f"stale_budget_choices={self.stale_budget_choices} must be a non-empty list of integers >= 1 "
+                              "(or null for a fixed stale_sampling_steps)")
         if not self.rollout_choices or min(self.rollout_choices) < 0:
             raise ConfigError(f"rollout_choices={self.rollout_choices} must be a non-empty list of integers >= 0")
         if self.kl_weight < 0 or self.ce_weight < 0 or self.kl_weight + self.ce_weight == 0:
@@ -68,7 +73,7 @@ class TADMTrainer(DiffusionSFTTrainer):
                       if i is not None] if self.processing_class is not None else []
             result = t_anelbo(model, input_ids, gamma=gamma, anchor_mask=inputs.get("anchor_mask"), anchor_tau=cfg.anchor_tau,
                               anchor_ignore_ids=ignore, mask_token_id=self._mask_id, k_choices=cfg.stale_k_choices,
-                              sampling_steps=cfg.stale_sampling_steps, **common)
+                              sampling_steps=cfg.stale_sampling_steps, budget_choices=cfg.stale_budget_choices, **common)
             if result.anchor_loss is not None:
                 self._metrics[mode]["anchor_loss"].append(float(result.anchor_loss.detach()))
             self._metrics[mode]["gamma"].append(gamma)
