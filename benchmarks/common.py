@@ -319,7 +319,8 @@ def build_stale_model(kind: str, tok, hidden: int, max_len: int):
     if kind == "adlm":
         return ADLM(ADLMConfig(**common, num_hidden_layers=3, denoiser_layers=1))
     scale = "relative" if kind == "tadm_relative" else "absolute"
-    return TADM(TADMConfig(**common, shared_layers=1, num_hidden_layers=2, denoiser_layers=1, fusion_scale=scale))
+    return TADM(TADMConfig(**common, shared_layers=1, num_hidden_layers=2, denoiser_layers=1, fusion_scale=scale,
+                           fusion_variant="residual"))  # the fusion tadm_stale_contrast.json was measured with
 
 
 def train_stale_model(model, rows, args, window: int, pad_id: int) -> dict[str, Any]:
