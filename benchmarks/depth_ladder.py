@@ -22,6 +22,8 @@ hidden ablations):
     acot              [ANT] slots with the anchor loss + ACoT's curriculum (steps removed: the ProsQA schedule)
     acot_keep         ACoT without step removal (slots grow, the steps stay)
     stepwise          stepwise CoT removal (iCoT-style), no slots
+    coconut           Coconut's continuous thoughts: stage s replaces s steps by s thoughts (the last hidden state
+                      fed back), one thought per step up to k, on the same fraction schedule as ACoT
     anchor_chain      the anchors decoded as a terse chain ("Tom terpus lempus"), then the answer (not the
                       paper's ACoT: its slots are never decoded; research/ladder/acot_slots.py says why it matters)
     anchor_walk       anchor_chain with the node each step arrives at, so a written search's back-ups stay
@@ -73,6 +75,7 @@ METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "acot_keep": ("acot", {"k": K}, True),
     "stepwise": ("stepwise", {"stages": K, "remove_steps_per_stage": 1}, True),
     "anchor_chain": ("anchor_chain", {}, False),
+    "coconut": ("coconut", {"max_latent_stage": K, "c": 1}, True),
     # the chain with a search's back-ups kept (one node per step): the written search's anchors
     "anchor_walk": ("anchor_chain", {"revisits": True}, False),
     # the same walk with each back-up marked by the word the dfs trace backs up with
@@ -81,7 +84,9 @@ METHODS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "anchor_walk_back_token": ("anchor_chain", {"revisits": True, "mark_backups": True, "backup_marker": "token"}, False),
 }
 #: (a, b) pairs compared per depth in ``goals["ablations"]``
-ABLATIONS = (("acot", "pause_as_thought"), ("acot", "acot_keep"), ("acot", "stepwise"), ("pause_as_thought", "pause"))
+ABLATIONS = (("acot", "pause_as_thought"), ("acot", "acot_keep"), ("acot", "stepwise"), ("pause_as_thought", "pause"),
+             ("coconut", "acot"), ("coconut", "pause"), ("coconut", "pause_as_thought"), ("coconut", "stepwise"),
+             ("coconut", "nocot"), ("anchor_chain", "coconut"))
 #: generation budget by trace: the longest 4-hop proof is ~60 tokens in the backbone's tokenizer; a written
 #: depth-first search with its back-ups runs to ~150 at 4 hops
 MAX_NEW_TOKENS = {"forward": 96, "dfs": 192}

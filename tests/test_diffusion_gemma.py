@@ -200,3 +200,80 @@ def test_backend_through_run_eval_records_layer_calls(saved, tmp_path):
     assert again["accuracy"]["n"] == 2
     assert [json.loads(x)["completion"] for x in (tmp_path / "again" / "records.jsonl").read_text().splitlines()] \
         == [r["completion"] for r in records[1]]
+
+
+# -- the confidence-triggered refresh (the library's anchor_refresh_below, in DiffusionGemma's block loop) --
+def test_confidence_rule_reads_the_previous_steps_prediction(model):
+    tadm = TADMDiffusionGemma(model, anchor_refresh_every=100, anchor_refresh_below=0.5)
+    logits = torch.full((1, 4, 5), -30.0)
+    logits[0, :, 0] = torch.tensor([30.0, 30.0, 0.0, 0.0])  # positions 0, 1: token 0 for sure
+    logits[0, 2, 1], logits[0, 3, 2], logits[0, 3, 3] = 2.0, 0.2, 0.0  # 2: token 1, p 0.88; 3: token 2, p 0.38
+    settled = torch.tensor([[0, 0, 1, 2]])
+    assert not tadm.hard_step(settled, logits)  # every canvas token is the prediction: nothing left to decide
+    # position 2 renoised: the next decision is confident (0.88 >= 0.5)
+    assert not tadm.hard_step(torch.tensor([[0, 0, 4, 2]]), logits)
+    # only position 3 renoised: the next decision is a hard one (0.38 < 0.5)
+    assert tadm.hard_step(torch.tensor([[0, 0, 1, 4]]), logits)
+    # both renoised: the sampler decides the most confident first, so it is not hard
+    assert not tadm.hard_step(torch.tensor([[0, 0, 4, 4]]), logits)
+    # a batch refreshes when any row needs it
+    assert tadm.hard_step(torch.tensor([[0, 0, 4, 2], [0, 0, 1, 4]]), logits.expand(2, -1, -1))
+
+
+def test_confidence_refresh_in_generate(model):
+    split = LayerSplit.proportional(6)
+    ids = torch.randint(3, 300, (1, 5), generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(9)
+    base = model.generate(ids, **GEN).sequences
+    plain = TADMDiffusionGemma(model, None, split=split, anchor_refresh_every=6)
+    torch.manual_seed(9)
+    plain_out = plain.generate(ids, **GEN).sequences
+    assert plain.counters.anchor_refreshes == 2 and plain.counters.confidence_refreshes == 0  # one per canvas
+    # tau = 1: every step still has something to decide, so every step refreshes: the base model, token for token
+    always = TADMDiffusionGemma(model, None, split=split, anchor_refresh_every=6, anchor_refresh_below=1.0)
+    torch.manual_seed(9)
+    assert torch.equal(always.generate(ids, **GEN).sequences, base)
+    c = always.counters
+    assert c.anchor_refreshes == c.nfe == 12 and c.confidence_refreshes == 10 and c.anchor_layer_calls == 12 * split.anchor
+    assert not torch.equal(plain_out, base)  # the stale anchor mattered, so the equality above says something
+    # tau near 0: no step is that unsure, so it is the plain K-periodic cache
+    never = TADMDiffusionGemma(model, None, split=split, anchor_refresh_every=6, anchor_refresh_below=1e-9)
+    torch.manual_seed(9)
+    assert torch.equal(never.generate(ids, **GEN).sequences, plain_out) and never.counters.confidence_refreshes == 0
+    assert always.describe()["anchor_refresh_below"] == 1.0
+
+
+@pytest.mark.parametrize("tau", [0, -0.1, 1.5, "high", True])
+def test_refresh_threshold_outside_zero_one_is_refused(model, saved, monkeypatch, tau):
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    from anchored_reasoning.backends import get_backend
+
+    with pytest.raises(ConfigError, match="anchor_refresh_below"):
+        TADMDiffusionGemma(model, anchor_refresh_every=3, anchor_refresh_below=tau)
+    monkeypatch.setattr(DiffusionGemmaForBlockDiffusion, "from_pretrained",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    with pytest.raises(ConfigError, match="backend option anchor_refresh_below"):
+        get_backend("diffusion_gemma", str(saved[0]), anchor_refresh_every=3, anchor_refresh_below=tau)
+
+
+def test_a_fusion_folder_that_is_none_or_names_no_diffusion_gemma_is_refused_before_loading(model, saved, tmp_path,
+                                                                                            monkeypatch):
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    from anchored_reasoning.backends import get_backend
+    from anchored_reasoning.models.tadm_gemma import load_fusion
+    from anchored_reasoning.testing import make_tiny_causal_lm
+
+    llama = make_tiny_causal_lm(tmp_path / "llama")
+    fusion = AnchorFusion.for_model(model, LayerSplit.proportional(6), seed=0)
+    fusion.config.base_model = str(llama)
+    fusion.save_pretrained(tmp_path / "fusion")
+    monkeypatch.setattr(DiffusionGemmaForBlockDiffusion, "from_pretrained",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    with pytest.raises(ConfigError, match="not a TADM fusion"):
+        load_fusion(str(saved[0]))
+    with pytest.raises(ConfigError, match="not a TADM fusion"):
+        get_backend("diffusion_gemma", str(saved[0]), fusion=str(llama))
+    with pytest.raises(ConfigError, match="base model .*not a DiffusionGemma"):
+        get_backend("diffusion_gemma", str(tmp_path / "fusion"))

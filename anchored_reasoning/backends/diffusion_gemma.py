@@ -13,6 +13,9 @@ Anything else is refused from its config before weights load. Options:
 * ``anchor_refresh_every`` (K, >= 1): with a fusion, TADM's cached sampling; without one and K > 1,
   naive stale reuse (``split`` picks the layers, default the paper's proportions); K = 1 without a
   fusion is the base model's ``generate`` itself. ``fusion=<folder>`` adds a fusion to a base ``model``.
+* ``anchor_refresh_below`` (tau in (0, 1]): also refresh the anchor at a step whose next decision is a hard
+  one (the library's confidence-triggered refresh, in DiffusionGemma's terms: see
+  :mod:`anchored_reasoning.models.tadm_gemma`); K stays the maximum staleness.
 * ``steps`` (default 48) denoising steps per canvas, ``adaptive_stopping`` (default false: the paper's
   fixed budget; true: the model's stable-and-confident stop), ``t_min`` / ``t_max`` / ``entropy_bound``
   (the model's temperature schedule and acceptance bound; default: the checkpoint's generation config).
@@ -67,7 +70,7 @@ class DiffusionGemmaBackend:
     name = "diffusion_gemma"
 
     def __init__(self, model: Any, *, fusion: str | None = None, base: str | None = None,
-                 anchor_refresh_every: int = 1, split: Any = None, steps: int = 48, adaptive_stopping: bool = False,
+                 anchor_refresh_every: int = 1, anchor_refresh_below: float | None = None, split: Any = None, steps: int = 48, adaptive_stopping: bool = False,
                  t_min: float | None = None, t_max: float | None = None, entropy_bound: float | None = None,
                  device: str | None = None, dtype: str | None = None, tokenizer: Any = None, chat: bool | str = "auto",
                  seed: int = 0, batch_size: int = 1) -> None:
@@ -79,6 +82,9 @@ class DiffusionGemmaBackend:
         if not isinstance(anchor_refresh_every, int) or isinstance(anchor_refresh_every, bool) or anchor_refresh_every < 1:
             raise ConfigError(f"backend option anchor_refresh_every={anchor_refresh_every!r} must be an integer >= 1 "
                               "(1: the anchor network at every denoising step, K: every K steps)")
+        from anchored_reasoning.sampling.cache import check_refresh_below
+
+        check_refresh_below(anchor_refresh_below, "backend option anchor_refresh_below")
         if not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"backend option steps={steps!r} must be an integer >= 1")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -124,8 +130,9 @@ class DiffusionGemmaBackend:
         self.model.to(self.device).eval()
         fusion_model = load_fusion(self.fusion_path, device=str(self.device)) if self.fusion_path else None
         # K = 1 without a fusion is the model's own generate; otherwise the cached sampler (its checks run here)
-        self.tadm = TADMDiffusionGemma(self.model, fusion_model, split=split, anchor_refresh_every=anchor_refresh_every) \
-            if (fusion_model is not None or anchor_refresh_every != 1 or split is not None) else None
+        cached = fusion_model is not None or anchor_refresh_every != 1 or split is not None or anchor_refresh_below is not None
+        self.tadm = TADMDiffusionGemma(self.model, fusion_model, split=split, anchor_refresh_every=anchor_refresh_every,
+                                       anchor_refresh_below=anchor_refresh_below) if cached else None
         if self.tokenizer.eos_token_id is None:
             raise ConfigError(f"the tokenizer of {self.model_arg} has no EOS token; outputs are cut at EOS")
         self.strip_ids = {i for i in (self.tokenizer.pad_token_id, self.tokenizer.bos_token_id) if i is not None}
@@ -222,8 +229,9 @@ class DiffusionGemmaBackend:
             layers = int(self.model.config.get_text_config().num_hidden_layers)
             counts = {"nfe": self._nfe, "anchor_refreshes": None, "decoder_layer_calls": self._nfe * layers,
                       "anchor_layer_calls": None, "base_decoder_layer_calls": self._nfe * layers, "fusion_calls": 0,
-                      "canvases": None}
-        return {**counts, "anchor_refresh_every": None if self.tadm is None else self.tadm.refresh_every}
+                      "canvases": None, "confidence_refreshes": None}
+        return {**counts, "anchor_refresh_every": None if self.tadm is None else self.tadm.refresh_every,
+                "anchor_refresh_below": None if self.tadm is None else self.tadm.refresh_below}
 
     def _finish(self, tokens: list[int], stop: list[str], seconds: float, meta: dict[str, Any]) -> Completion:
         eos = self.tokenizer.eos_token_id

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from anchored_reasoning.backends import ProgressFn, cut_at_stop, left_pad, per_prompt_samples
+from anchored_reasoning.backends.latent import generation_inputs
 from anchored_reasoning.errors import BackendError, ConfigError
 from anchored_reasoning.models.zoo import resolve_model
 from anchored_reasoning.types import Completion, Prompt, SamplingSpec
@@ -301,8 +302,11 @@ class HFBackend:
         t0 = time.perf_counter()
         try:
             with torch.inference_mode():
+                # continuous thoughts (Coconut, backends/latent.py): <thought> embeddings filled by the latent passes
+                prompt = generation_inputs(self.model, self.tokenizer, input_ids, mask) or {"input_ids": input_ids}
+                tracker.prompt_width = width if "input_ids" in prompt else 0  # generate returns new tokens only
                 out = self.model.generate(
-                    input_ids=input_ids,
+                    **prompt,
                     attention_mask=mask,
                     generation_config=config,
                     logits_processor=processors,
@@ -318,7 +322,7 @@ class HFBackend:
         wall = time.perf_counter() - t0
         if on_progress is not None:  # the rows cut at the token budget are done now
             on_progress((len(ids) - len(tracker.finished_at)) * weight, 0)
-        gen = out[:, width:].tolist()
+        gen = out[:, tracker.prompt_width:].tolist()
         steps = len(gen[0]) if gen else 0
         lengths = [tracker.finished_at.get(r, steps) for r in range(len(ids))]
         shares = fair_shares(lengths, wall)

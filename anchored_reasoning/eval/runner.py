@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from anchored_reasoning.backends.latent import require_latent_backend
 from anchored_reasoning.backends import generate_with_progress
 from anchored_reasoning.errors import BackendError, ConfigError, ResumeError
 from anchored_reasoning.eval.grading import gold_of, grade_all
@@ -78,6 +79,7 @@ def run_eval(task: Any, backend: Any, method: Any, *, out_dir: str | os.PathLike
         method = method_for_backend(method, backend)  # as the CLI does: a trained checkpoint's own format
     else:
         check_method_fits(method, backend)
+    require_latent_backend(method, backend)  # continuous thoughts (coconut) need the hf backend
     spec = sampling_spec(task, method, n=n, seed=seed, temperature=temperature, top_p=top_p,
                          max_new_tokens=max_new_tokens, stop=stop)
     examples = _load_examples(task, split, limit, data_dir, examples)

@@ -37,6 +37,7 @@ _METHODS: dict[str, str] = {
        for prefix in ("", "trained:")},
     "anchor_chain": "anchored_reasoning.methods.anchor_chain:AnchorChain",
     "trained:anchor_chain": "anchored_reasoning.methods.anchor_chain:AnchorChain",
+    **{f"{prefix}coconut": "anchored_reasoning.methods.coconut:Coconut" for prefix in ("", "trained:")},
 }
 
 

@@ -25,6 +25,16 @@ acceptance, renoising and self-conditioning untouched): for the call it replaces
 -- the one function ``generate`` calls for every denoising step -- by the cached one, and counts the
 calls (:class:`CallCounters`). Per sample, decoder layer calls are
 ``nfe * (L_S + L_D) + refreshes * L_A`` against ``nfe * L`` for the base model.
+
+**Confidence-triggered refresh** (``anchor_refresh_below=tau``; the rule of the library's own TADM
+sampler, :mod:`anchored_reasoning.sampling.cache`): the anchor is also refreshed at a step whose next
+decision is a hard one. DiffusionGemma has no mask token: each step accepts the lowest-entropy positions
+and renoises the rest, so the positions still to decide are the renoised ones -- those whose canvas
+token differs from the previous step's prediction (its argmax under the self-conditioning logits, the
+previous step's temperature-scaled logits that ``generate`` passes in). When the most confident of them
+has top probability below ``tau``, the step refreshes. K stays the maximum staleness; the decision reads
+only the previous step's output (no extra model call). A refresh covers the whole batch (the decoder's
+context cache is shared by the rows); the eval backend generates one row at a time, so there it is per row.
 """
 from __future__ import annotations
 
@@ -48,6 +58,7 @@ from anchored_reasoning.models.diffusion_gemma import (
     decoder_layers,
     num_decoder_layers,
 )
+from anchored_reasoning.sampling.cache import check_refresh_below, next_decision_is_hard
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +162,8 @@ class CallCounters:
     ``nfe``: decoder forward passes (denoising steps); ``anchor_refreshes``: steps that ran A;
     ``decoder_layer_calls`` / ``anchor_layer_calls``: layer calls of the decoder (S + A + D) and of A
     alone; ``base_decoder_layer_calls``: what the base model would run for the same steps (``nfe * L``);
-    ``fusion_calls``: steps that ran Phi; ``canvases``: canvases denoised (each starts with a refresh)."""
+    ``fusion_calls``: steps that ran Phi; ``canvases``: canvases denoised (each starts with a refresh);
+    ``confidence_refreshes``: the refreshes the confidence rule added (``anchor_refresh_below``)."""
 
     nfe: int = 0
     anchor_refreshes: int = 0
@@ -160,6 +172,7 @@ class CallCounters:
     base_decoder_layer_calls: int = 0
     fusion_calls: int = 0
     canvases: int = 0
+    confidence_refreshes: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -169,13 +182,15 @@ class TADMDiffusionGemma:
     """A frozen DiffusionGemma sampled with its anchor network refreshed every ``anchor_refresh_every``
     (K) denoising steps, through the model's own ``generate``. ``fusion``: a trained
     :class:`AnchorFusion` (its split is used), or None for naive stale reuse (``split`` then, default
-    proportional). ``counters`` holds the last ``generate`` call's :class:`CallCounters`."""
+    proportional). ``anchor_refresh_below``: also refresh at a step whose next decision is predicted below
+    this probability (the module doc). ``counters`` holds the last ``generate`` call's :class:`CallCounters`."""
 
     def __init__(self, model: Any, fusion: AnchorFusion | None = None, *, split: Any = None,
-                 anchor_refresh_every: int = 1):
+                 anchor_refresh_every: int = 1, anchor_refresh_below: float | None = None):
         if not isinstance(anchor_refresh_every, int) or isinstance(anchor_refresh_every, bool) or anchor_refresh_every < 1:
             raise ConfigError(f"anchor_refresh_every={anchor_refresh_every!r} must be an integer >= 1 (1: the anchor "
                               "network at every step, K: every K steps)")
+        self.refresh_below = check_refresh_below(anchor_refresh_below, "anchor_refresh_below")
         if fusion is not None and split is not None and LayerSplit.for_model(model.config, split) != fusion.config.split:
             raise ConfigError(f"split {split!r} differs from the fusion's {fusion.config.split}; a trained fusion only "
                               "works with the split it was trained for (leave split unset)")
@@ -208,6 +223,14 @@ class TADMDiffusionGemma:
         hidden = decoder_layers(self.model, fused, self.split.anchor_range[1], num_decoder_layers(self.model), step)
         return decoder_head(self.model, hidden)
 
+    def hard_step(self, canvas: torch.Tensor, previous_logits: torch.Tensor) -> bool:
+        """The confidence rule (module doc): True when, in some row, the most confident position still to
+        decide (canvas token != the previous step's argmax) has top probability below ``anchor_refresh_below``."""
+        logits = previous_logits.float()
+        top, argmax = logits.max(-1)
+        confidence = (top - torch.logsumexp(logits, -1)).exp()
+        return bool(next_decision_is_hard(confidence, canvas != argmax, self.refresh_below).any())
+
     def _cached_forward(self, input_ids=None, decoder_input_ids=None, past_key_values=None,
                         self_conditioning_logits=None, decoder_position_ids=None, **kwargs):
         from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaBlockDiffusionOutputWithPast
@@ -224,7 +247,11 @@ class TADMDiffusionGemma:
         current, step = self.stages(decoder_input_ids, past_key_values, self_conditioning_logits=self_conditioning_logits,
                                     decoder_position_ids=decoder_position_ids, **kwargs)
         c = self.counters
-        if self._anchor is None or self._age >= self.refresh_every:
+        refresh = self._anchor is None or self._age >= self.refresh_every
+        if not refresh and self.refresh_below is not None and self.hard_step(decoder_input_ids, self_conditioning_logits):
+            refresh = True
+            c.confidence_refreshes += 1
+        if refresh:
             self._anchor, self._age = self.anchor(current, step), 0
             c.anchor_refreshes += 1
             c.anchor_layer_calls += self.split.anchor
@@ -261,6 +288,7 @@ class TADMDiffusionGemma:
 
     def describe(self) -> dict[str, Any]:
         return {"split": asdict(self.split), "anchor_refresh_every": self.refresh_every,
+                "anchor_refresh_below": self.refresh_below,
                 "fusion": None if self.fusion is None else {"parameters": fusion_parameters(self.fusion),
                                                              "fusion_dim": self.fusion.config.fusion_dim,
                                                              "num_heads": self.fusion.config.num_heads}}

@@ -28,6 +28,24 @@ import torch
 from ..errors import ConfigError
 
 
+def check_refresh_below(value: float | None, where: str = "refresh_below") -> float | None:
+    """``value`` as a float in (0, 1], or None; a clear error otherwise (before any work)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"{where}={value!r} must be a probability in (0, 1] (or unset: K-periodic refresh only)")
+    return float(value)
+
+
+def next_decision_is_hard(confidence: torch.Tensor, unsettled: torch.Tensor, tau: float) -> torch.Tensor:
+    """The refresh rule, per row: (B,) True where some position is still unsettled and the most confident
+    of them -- the next one a confidence-ordered sampler decides -- has top probability below ``tau``.
+    ``confidence`` (B, L): the previous call's top probability per position; ``unsettled`` (B, L): the
+    positions still to decide (masked for a masked diffusion LM; renoised for DiffusionGemma)."""
+    nxt = confidence.masked_fill(~unsettled, -1.0).max(-1).values
+    return unsettled.any(-1) & (nxt < tau)
+
+
 def _splice(cached: Any, fresh: Any, rows: torch.Tensor) -> Any:
     """``cached`` with ``rows`` replaced by ``fresh`` (computed for those rows only): a tensor, or a
     dataclass of per-row tensors (TADM's anchor); None fields stay None."""
@@ -53,8 +71,7 @@ class AnchorCacheModelFn:
                  refresh_below: float | None = None, mask_token_id: int | None = None):
         if refresh_every < 1:
             raise ConfigError(f"refresh_every={refresh_every} must be >= 1")
-        if refresh_below is not None and not 0 < refresh_below <= 1:
-            raise ConfigError(f"refresh_below={refresh_below} must be in (0, 1]")
+        refresh_below = check_refresh_below(refresh_below)
         if not (hasattr(model, "anchor_forward") and hasattr(model, "denoise")):
             raise ConfigError(f"{type(model).__name__} has no anchor_forward/denoise; anchor caching needs a two-stage "
                               "model such as ADLM")
@@ -77,9 +94,7 @@ class AnchorCacheModelFn:
     def _stale_rows(self, z: torch.Tensor) -> torch.Tensor:
         need = self.age >= self.refresh_every
         if self.refresh_below is not None and self.confidence is not None:
-            masked = z == self.mask_token_id
-            nxt = self.confidence.masked_fill(~masked, -1.0).max(-1).values  # the next token to be revealed
-            need |= masked.any(-1) & (nxt < self.refresh_below)
+            need |= next_decision_is_hard(self.confidence, z == self.mask_token_id, self.refresh_below)
         return need
 
     def _mask_rows(self, rows: torch.Tensor) -> torch.Tensor | None:

@@ -133,11 +133,15 @@ def make_config(recipe: Mapping[str, Any], output_dir: Path):
     from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTConfig
     from anchored_reasoning.train.checkpointing import with_save_defaults
 
+    config_cls = AnchoredSFTConfig
+    if (recipe.get("method") or {}).get("name") == "coconut":  # the same fields; its trainer runs the latent passes
+        from anchored_reasoning.train.trainers.coconut_trainer import CoconutSFTConfig as config_cls
+
     training = with_save_defaults(recipe.get("training") or {})
     training.setdefault("seed", int(recipe.get("seed", 0)))
     training["output_dir"] = str(output_dir)
     try:
-        return AnchoredSFTConfig(**training)
+        return config_cls(**training)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"recipe 'training' section: {exc}") from None
 
@@ -212,7 +216,10 @@ class ARPipeline(Pipeline):
         anchor_check = check_anchor_labels(tokenizer, method, train, task_name)  # an empty anchor fails here
         collator = anchored_collator(config, tokenizer, method, task_name)
         run.budget, curriculum = anchored_callbacks(config, collator, method, tokenizer, run.state["valid"], task)
-        run.trainer = AnchoredSFTTrainer(model=model, args=config, train_dataset=examples_dataset(train),
+        trainer_cls = AnchoredSFTTrainer
+        if getattr(config, "latent_passes", False):  # coconut (CoconutSFTConfig): the trainer with the latent passes
+            from anchored_reasoning.train.trainers.coconut_trainer import CoconutSFTTrainer as trainer_cls
+        run.trainer = trainer_cls(model=model, args=config, train_dataset=examples_dataset(train),
                                          data_collator=collator, processing_class=tokenizer,
                                          callbacks=[run.budget, curriculum])
         run.tokenizer, run.attach = tokenizer, {"curriculum": curriculum}

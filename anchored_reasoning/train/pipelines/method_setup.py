@@ -110,6 +110,10 @@ def preflight(config: Any, method: Any, examples: Sequence[Any], task: str | Non
             logger.warning(warning)
     if config.curriculum:
         curriculum_plan_for(config, method, len(examples))
+    if hasattr(method, "render_at"):  # coconut: stages that fit the traces
+        from anchored_reasoning.train.trainers.coconut_trainer import check_coconut_fits
+
+        check_coconut_fits(method, examples, task)
 
 
 def anchored_collator(config: Any, tokenizer: Any, method: Any, task: str | None):
@@ -117,6 +121,11 @@ def anchored_collator(config: Any, tokenizer: Any, method: Any, task: str | None
     with a curriculum it keeps each batch's rows, to re-render one prefetched before a stage switch."""
     from anchored_reasoning.train.data.collate import AnchoredCollator
 
+    if hasattr(method, "render_at"):  # coconut: stage draws per row, <eot> aligned
+        from anchored_reasoning.train.trainers.coconut_trainer import CoconutCollator
+
+        return CoconutCollator(tokenizer, method, task=task, max_length=config.max_length,
+                               keep_rows=bool(config.curriculum), seed=int(config.seed))
     return AnchoredCollator(tokenizer, method, task=task, ant_token=config.ant_token, max_length=config.max_length,
                             keep_rows=bool(config.curriculum))
 
@@ -218,6 +227,10 @@ def assemble(*, model: Any, args: Any, data_collator: Any, train_dataset: Any, e
     if processing_class is None:
         raise ConfigError("method= needs the tokenizer to add its tokens to: pass processing_class=tokenizer")
     built = trained_method(method, method_options, args.num_anchor_slots)
+    if getattr(built, "latent", False) and not getattr(args, "latent_passes", False):
+        raise ConfigError(f"method {built.name!r} feeds hidden states back as thoughts: train it with CoconutSFTTrainer "
+                          "and CoconutSFTConfig (anchored_reasoning.train.trainers.coconut_trainer), not "
+                          f"{config_cls.__name__}'s trainer")
     if getattr(built, "style", None) != "trained":  # a name with only a prompting format (e.g. 'completion')
         from anchored_reasoning.methods import list_methods
 

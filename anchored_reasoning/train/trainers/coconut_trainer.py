@@ -1,0 +1,201 @@
+"""CoconutSFTTrainer: TRL's SFTTrainer (through :class:`AnchoredSFTTrainer`) with Coconut's continuous thoughts.
+
+    loss = LM loss on the target tokens of the final pass, after n passes that fill the n thoughts
+
+``compute_loss`` runs :func:`anchored_reasoning.backends.latent.latent_forward`: one forward pass up to the
+first ``<thought>``, one per thought (its embedding := the last hidden state of the position before it,
+gradients flowing through every thought, as in Coconut), and a final pass whose logits score the target.
+The KV cache carries earlier columns between passes (``CoconutSFTTrainer(latent_cache=False)``: n + 1
+full passes instead, the same loss). Pause-as-thought (``thought="pause"``) and stage 0 have no thoughts: one pass.
+
+:class:`CoconutCollator` renders each row at its stage (Coconut's ``uniform_prob`` draw per row, from a
+``random.Random`` seeded by the run's seed) and left-pads the rows so their ``<eot>`` markers share a column
+(Coconut's collator aligns the first thoughts: the same when every row has the same number of thoughts,
+``pad_latent_to_max``), so a batch costs n + 1 passes, not one per distinct column.
+
+Stages, their epochs, the optimizer reset per stage and the budget check come from the library's
+curriculum (``train/callbacks/curriculum.py``; ``training.curriculum: false`` is Coconut's "w/o curriculum").
+Before training, :func:`check_coconut_fits` refuses stages or ``c`` that do not fit the traces or the model's
+positions, naming the numbers.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.methods.coconut import EOT
+from anchored_reasoning.train.data.collate import IGNORE, AnchoredCollator, row_to_example, tokenize_rendered
+from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTConfig, AnchoredSFTTrainer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CoconutSFTConfig(AnchoredSFTConfig):
+    """The config of a Coconut run: :class:`AnchoredSFTConfig`'s fields (a recipe's ``training`` keys are the
+    same), and the type that tells the set-up the trainer runs the latent passes (a plain
+    ``AnchoredSFTTrainer`` with a latent method is refused). Coconut's own defaults are the inherited ones:
+    the optimizer reset at every stage (``reset_optimizer_on_stage``) and 5 of 50 epochs per stage."""
+
+    latent_passes: ClassVar[bool] = True
+
+
+@dataclass
+class CoconutCollator(AnchoredCollator):
+    """Renders rows with the Coconut method at the current stage (each row's stage drawn with ``uniform_prob``)
+    and pads so that every row's ``<eot>`` sits in the same column (left padding), the rest on the right: the
+    last thoughts of all rows then share a column and every target token comes after it (rows with fewer
+    thoughts, or none under ``uniform_prob``, included), so the final pass scores the whole target."""
+
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._rng = random.Random(self.seed)
+        self._eot = self.tokenizer.get_vocab().get(EOT)
+
+    def render_row(self, row: dict[str, Any]):
+        method = self.staged_method
+        if method is None or not hasattr(method, "draw_stage") or "example" not in row:
+            return super().render_row(row)
+        example = row_to_example(row)
+        return method.render_at(example, self.task, method.draw_stage(example, self._rng))
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        items = [self.tokenize(r) for r in rows]
+        latent = bool(getattr(self.method, "latent", False)) and self._eot is not None
+        ends = [it.input_ids.index(self._eot) if latent and self._eot in it.input_ids else None for it in items]
+        align = max((e for e in ends if e is not None), default=0)
+        shifts = [align - e if e is not None else 0 for e in ends]
+        width = max(s + len(it.input_ids) for s, it in zip(shifts, items))
+        n, pad = len(items), self.tokenizer.pad_token_id
+        input_ids = torch.full((n, width), pad, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        labels = torch.full((n, width), IGNORE, dtype=torch.long)
+        for row, (s, it) in enumerate(zip(shifts, items)):
+            end = s + len(it.input_ids)
+            input_ids[row, s:end] = torch.tensor(it.input_ids)
+            attention[row, s:end] = 1
+            labels[row, s:end] = torch.tensor(it.labels)
+        batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+        if self.keep_rows:
+            from anchored_reasoning.train.data.collate import ROWS_KEY, STAGE_KEY
+
+            batch[STAGE_KEY] = self.stage
+            batch[ROWS_KEY] = list(rows)
+        return batch
+
+
+def check_coconut_fits(method: Any, examples: Sequence[Any], task: Any = None, tokenizer: Any = None,
+                       max_positions: int | None = None) -> dict[str, int]:
+    """Refuse, before training, a Coconut set-up that does not fit its traces: stages that would replace
+    steps no training trace has (``max_latent_stage`` above the longest trace), traces without steps, and,
+    with ``tokenizer`` and ``max_positions``, a last-stage or CoT-stage sequence (``max_latent_stage * c``
+    thoughts) longer than the model's positions. Returns the numbers checked."""
+    lengths = [len(method.steps_of(ex)) for ex in examples]
+    if not lengths or max(lengths) == 0:
+        raise ConfigError("method coconut replaces reasoning steps by thoughts, but the training examples have no "
+                          "steps: train cot or nocot on them instead")
+    longest = max(lengths)
+    if method.max_latent_stage > longest:
+        raise ConfigError(
+            f"method coconut: max_latent_stage={method.max_latent_stage} stages replace up to "
+            f"{method.max_latent_stage} steps, but the longest training trace has {longest} steps, so stages "
+            f"{longest + 1}..{method.max_latent_stage} would train nothing new; set max_latent_stage <= {longest}")
+    out = {"longest_trace_steps": longest, "max_thoughts": method.max_thoughts()}
+    if tokenizer is not None and max_positions:
+        worst = max(examples, key=lambda ex: len(ex.question or "") + sum(len(s) for s in method.steps_of(ex)))
+        need = 0
+        for stage in (0, method.num_stages - 1):
+            r = method.render_at(worst, task, stage)
+            need = max(need, len(tokenizer(r.prompt)["input_ids"]) + len(tokenizer(r.target)["input_ids"]) + 1)
+        out["longest_sequence_tokens"] = need
+        if need > max_positions:
+            raise ConfigError(
+                f"method coconut: the longest training sequence needs {need} positions (with up to "
+                f"{method.max_thoughts()} thoughts: max_latent_stage={method.max_latent_stage} x c={method.c}), "
+                f"more than the model's {max_positions}; lower c or max_latent_stage, or shorten the traces")
+    return out
+
+
+class CoconutSFTTrainer(AnchoredSFTTrainer):
+    """AnchoredSFTTrainer whose ``compute_loss`` runs Coconut's latent passes (see the module docstring).
+    Built like it (``method="coconut"``, ``task=...``, a list of Examples); the args must be a
+    :class:`CoconutSFTConfig`. One process: the passes call the model several times per step.
+    ``latent_cache=False`` recomputes every pass from the first column (n + 1 full passes, the same loss)."""
+
+    _name = "CoconutSFT"
+    _tag_names = ["trl", "sft", "coconut"]
+
+    def __init__(self, model=None, args=None, *rest, latent_cache: bool = True, **kwargs):
+        if args is None and model is not None:
+            name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or model).rstrip("/").split("/")[-1]
+            args = CoconutSFTConfig(output_dir=f"{name}-CoconutSFT")
+        if not isinstance(args, CoconutSFTConfig):
+            raise ConfigError(f"CoconutSFTTrainer trains with a CoconutSFTConfig (the same fields as "
+                              f"AnchoredSFTConfig), got {type(args).__name__}")
+        #: carry earlier columns in the KV cache between thought passes (False: n + 1 full passes, same loss)
+        self.latent_cache = bool(latent_cache)
+        super().__init__(model, args, *rest, **kwargs)
+        if self.accelerator.num_processes > 1:
+            raise ConfigError("coconut trains in one process here (several forward passes per step through one "
+                              f"model); got {self.accelerator.num_processes} processes: launch it without accelerate")
+        self.latent_passes = 0
+        method = self.method if self.method is not None else getattr(self.data_collator, "method", None)
+        if hasattr(method, "render_at") and self.train_dataset is not None:
+            rows = [self.train_dataset[i] for i in range(min(len(self.train_dataset), 2000))]
+            examples = [row_to_example(r) for r in rows if "example" in r]
+            if examples:  # stages and c against the traces and the model's positions, before training
+                positions = getattr(self.model.config, "n_positions", None) or getattr(
+                    self.model.config, "max_position_embeddings", None)
+                self.coconut_check = check_coconut_fits(method, examples, self.task_name,
+                                                        self.processing_class, positions)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        from anchored_reasoning.backends.latent import latent_forward, thought_id
+
+        self.compute_loss_calls += 1
+        mode = "train" if self.model.training else "eval"
+        labels = inputs.pop("labels")
+        for key in ("anchor_labels", "anchor_slots", "anchor_targets", "position_ids"):
+            inputs.pop(key, None)
+        tid = thought_id(self.processing_class)
+        tid = -1 if tid is None else tid  # no placeholder in the vocabulary: one plain pass
+        passes = latent_forward(model, inputs["input_ids"], inputs["attention_mask"], tid,
+                                cache=self.latent_cache)
+        self.latent_passes += passes.passes
+        loss, correct, n_tokens = target_loss(passes.logits, labels, passes.start)
+        with torch.no_grad():
+            metrics = self._metrics[mode]
+            metrics["lm_loss"].append(float(loss.detach()))
+            metrics["mean_token_accuracy"].append(float(correct) / max(float(n_tokens), 1.0))
+            metrics["latent_passes"].append(float(passes.passes))
+            if mode == "train":
+                self._total_train_tokens += int(inputs["attention_mask"].sum())
+            metrics["num_tokens"] = [float(self._total_train_tokens)]
+        return (loss, passes) if return_outputs else loss
+
+
+def target_loss(logits: Any, labels: Any, start: int):
+    """Mean cross-entropy of the target tokens, from the final pass's ``logits`` (columns ``start`` ..):
+    the logits at column j predict ``labels[j + 1]``. Returns (loss, correct top-1 count, target tokens)."""
+    targets = labels[:, start + 1:]
+    if bool((labels[:, : start + 1] != IGNORE).any()):
+        raise ConfigError("a target token comes before the last thought: the thoughts must sit in the prompt")
+    scores = logits[:, :-1].float()
+    mask = targets != IGNORE
+    loss = torch.nn.functional.cross_entropy(scores.reshape(-1, scores.shape[-1]), targets.reshape(-1),
+                                             ignore_index=IGNORE, reduction="sum") / mask.sum().clamp(min=1)
+    correct = ((scores.argmax(-1) == targets) & mask).sum()
+    return loss, correct, mask.sum()
+
+
+def tokenized_lengths(method: Any, tokenizer: Any, examples: Sequence[Any], task: Any, stage: int) -> list[int]:
+    """Token counts of ``examples`` rendered at ``stage`` (prompt + target + EOS), for sizing runs."""
+    return [len(tokenize_rendered(method.render_at(ex, task, stage), tokenizer, ant_id=None).input_ids)
+            for ex in examples]
