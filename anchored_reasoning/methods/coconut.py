@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from anchored_reasoning.errors import ConfigError
-from anchored_reasoning.methods.anchored import PAUSE, TrainedMethod
+from anchored_reasoning.methods.anchored import BOR, EOR, PAUSE, TrainedMethod
 from anchored_reasoning.methods.base import Rendered
 from anchored_reasoning.types import Example
 
@@ -131,9 +131,9 @@ class Coconut(TrainedMethod):
         name = task_name_of(task, example)
         steps = self.steps_of(example)
         n = self.thought_groups(len(steps), stage) * self.c
-        prompt = (example.question or "").strip() + "\n" + BOT + self.thought_token * n + EOT + "[BoR]"
+        prompt = (example.question or "").strip() + "\n" + BOT + self.thought_token * n + EOT + BOR
         kept = steps[self.num_removed(len(steps), stage):]
-        target = self.step_separator.join(kept) + "[EoR]" + "\n" + answer_line(example, name)
+        target = self.step_separator.join(kept) + EOR + "\n" + answer_line(example, name)
         return Rendered(prompt=prompt, target=target)
 
     def draw_stage(self, example: Example, rng: Any) -> int:
