@@ -7,14 +7,16 @@ Model: the shipped ``logic-mdlm`` (0.92M parameters, logic text). Prompts: ``--n
 mixed size (4 to 9 nodes, so prompt lengths differ), each followed by its ``[BoR]`` answer cue; the rows are
 cut into batches in prompt order (no length sorting, so every batch holds mixed lengths) and left-padded.
 Samplers (greedy, ``--gen-length`` tokens in blocks of ``--block-length``): ``low_confidence`` (one token per
-step), ``threshold`` (every position above 0.9, at least one per step), and ``low_confidence`` with Fast-dLLM's
-``prefix`` and ``dual`` KV caches. Every (sampler, batch size) is timed in turn per repeat (interleaved, one
-process); the best repeat counts. ``tokens_per_second`` counts the window positions the model decoded (EOS fill
-excluded), ``model_calls`` the model calls, ``model_rows`` the rows they ran (a row whose block is done is skipped),
-``tokens_per_forward`` decoded tokens over ``model_rows`` (per row, the dllm leaderboard's TPF), and
-``positions_computed`` rows x padded sequence length summed over calls
-(the KV-cached calls compute fewer; counted as full), so the time per position shows what batching saves: the
-per-call overhead, not the arithmetic, which on a CPU grows with rows x positions.
+step), ``threshold`` (every position above 0.9, at least one per step), ``low_confidence`` with Fast-dLLM's
+``prefix`` and ``dual`` KV caches, and ``threshold+untrimmed``: threshold decoding with every call over the full
+padded width (the sampler's calls on the rows still running leave out the left-padding columns none of them
+uses). Every (sampler, batch size) is timed in turn per repeat (interleaved, one process); the best repeat counts.
+``tokens_per_second`` counts the window positions the model decoded (EOS fill excluded), ``model_calls`` the model
+calls, ``model_rows`` the rows they ran (a row whose block is done is skipped), ``tokens_per_forward`` decoded
+tokens over ``model_rows`` (per row, the dllm leaderboard's TPF), and ``positions_computed`` rows x padded
+sequence length summed over calls (the KV-cached calls and the calls that leave out all-padding columns compute
+fewer; counted as full), so the time per position shows what batching saves: the per-call overhead, not the
+arithmetic, which on a CPU grows with rows x positions.
 Writes benchmarks/results/diffusion_batching.json.
 """
 from __future__ import annotations
@@ -35,7 +37,11 @@ SAMPLERS = {
     "threshold": {"remasking": "threshold", "threshold": 0.9},
     "low_confidence+prefix_cache": {"remasking": "low_confidence", "kv_cache": "prefix"},
     "low_confidence+dual_cache": {"remasking": "low_confidence", "kv_cache": "dual"},
+    # the sampler's calls on the rows still running computed over the batch's full padded width, as before they
+    # left out the leading all-padding columns: the same tokens, the cost of that padding
+    "threshold+untrimmed": {"remasking": "threshold", "threshold": 0.9},
 }
+UNTRIMMED = {"threshold+untrimmed"}
 
 
 def prompts(tok, n: int) -> list[list[int]]:
@@ -49,16 +55,20 @@ def prompts(tok, n: int) -> list[list[int]]:
     return out
 
 
-def run(model, rows: list[list[int]], batch: int, cfg, pad_id: int) -> tuple[list[list[int]], dict]:
-    """Sample every row in batches of ``batch``: the generated ids per row and the totals."""
+def run(model, rows: list[list[int]], batch: int, cfg, pad_id: int, trim: bool = True) -> tuple[list[list[int]], dict]:
+    """Sample every row in batches of ``batch``: the generated ids per row and the totals. ``trim=False``: every
+    model call runs the batch's full padded width (``make_model_fn(trim_padding=False)``)."""
     from anchored_reasoning.backends import left_pad
-    from anchored_reasoning.sampling import sample
+    from anchored_reasoning.sampling import make_model_fn, sample
 
     out, decoded, calls, model_rows, positions = [], 0, 0, 0, 0
     t0 = time.perf_counter()
     for s in range(0, len(rows), batch):
         ids, mask = left_pad(rows[s:s + batch], pad_id)
-        x, stats = sample(model, ids, cfg, attention_mask=None if bool(mask.all()) else mask)
+        padded = not bool(mask.all())
+        fn = None if trim or not padded else make_model_fn(
+            model, torch.cat([mask, torch.ones(mask.shape[0], cfg.gen_length, dtype=mask.dtype)], 1), trim_padding=False)
+        x, stats = sample(model, ids, cfg, attention_mask=mask if padded else None, model_fn=fn)
         out.extend(x[:, ids.shape[1]:].tolist())
         decoded += sum(cfg.gen_length - f for f in stats.filled_after_eos)
         calls += stats.nfe
@@ -104,7 +114,7 @@ def main(argv=None) -> int:
     for _ in range(args.repeats):
         for name, cfg in configs.items():
             for bs in args.batch_sizes:
-                got, res = run(model, rows, bs, cfg, pad)
+                got, res = run(model, rows, bs, cfg, pad, trim=name not in UNTRIMMED)
                 texts[name][bs] = got
                 if bs not in best[name] or res["tokens_per_second"] > best[name][bs]["tokens_per_second"]:
                     best[name][bs] = res
@@ -121,6 +131,13 @@ def main(argv=None) -> int:
                                     "rows_identical_to_batch_%d" % one: f"{same}/{len(rows)}"}
         results[name] = entry
         print(name, {k: (v["speedup_over_batch_%d" % one], v["rows_identical_to_batch_%d" % one]) for k, v in entry.items()})
+    trim = {}  # leaving out the all-padding columns: the same tokens, and the speed-up over the full width
+    if {"threshold", "threshold+untrimmed"} <= set(configs):
+        for bs in args.batch_sizes:
+            a, b = texts["threshold"][bs], texts["threshold+untrimmed"][bs]
+            trim[f"batch_{bs}"] = {"rows_identical": f"{sum(x == y for x, y in zip(a, b))}/{len(rows)}", "speedup": round(
+                best["threshold"][bs]["tokens_per_second"] / best["threshold+untrimmed"][bs]["tokens_per_second"], 3)}
+        print("threshold, trimmed over untrimmed:", trim)
     lengths = [len(r) for r in rows]
     write_result(args.out, {
         "benchmark": "diffusion_batching",
@@ -133,6 +150,7 @@ def main(argv=None) -> int:
         "model": args.model, "prompts": len(rows), "prompt_tokens_min_max": [min(lengths), max(lengths)],
         "gen_length": args.gen_length, "block_length": args.block_length, "steps": args.gen_length,
         "samplers": {name: SAMPLERS[name] for name in configs}, "results": results,
+        **({"threshold_trimmed_over_untrimmed": trim} if trim else {}),
     })
     return 0
 

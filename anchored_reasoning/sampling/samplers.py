@@ -34,7 +34,7 @@ Fast-dLLM's approximate KV cache: a full pass at each block's start, then only t
 position ``logits_offset`` on. The model is only called at steps that reveal at least one token, and
 (greedy, default ``model_fn``) only on the rows that still hold masks in the current block: in a batch, a
 row whose block is done (threshold decoding finishes rows at different steps; a row filled after EOS)
-costs nothing until the next block.
+costs nothing until the next block, and the call leaves out the left-padding columns none of its rows uses.
 
 **EOS.** Generation always fills all ``gen_length`` positions; cut the text at the first EOS
 afterwards. With ``stop_at_eos=True`` (needs ``eos_token_id``), at each block boundary a row whose
@@ -195,13 +195,18 @@ def model_info(model: Any) -> tuple[int, int | None]:
     return int(mid), (int(max_len) if max_len is not None else None)
 
 
-def make_model_fn(model: Any, attention_mask: torch.Tensor | None = None) -> ModelFn:
-    """The default ``model_fn``: one full forward pass per call, returning ``.logits``."""
+def make_model_fn(model: Any, attention_mask: torch.Tensor | None = None, *, trim_padding: bool = True) -> ModelFn:
+    """The default ``model_fn``: one full forward pass per call, returning ``.logits``. With ``trim_padding``,
+    leading columns that are padding in every row of the call (left padding of prompts longer than any row still
+    running) are left out of the pass and come back as zero logits: positions count from each row's first real
+    token, so the other positions' logits are the same."""
 
     def fn(z: torch.Tensor, step: int, rows: torch.Tensor | None = None) -> torch.Tensor:
         mask = attention_mask if rows is None or attention_mask is None else attention_mask[rows]
-        out = model(input_ids=z, attention_mask=mask)
-        return out.logits if hasattr(out, "logits") else (out[0] if isinstance(out, (tuple, list)) else out)
+        lead = int(mask.any(0).int().argmax()) if trim_padding and mask is not None else 0  # first column in use
+        out = model(input_ids=z[:, lead:], attention_mask=mask[:, lead:]) if lead else model(input_ids=z, attention_mask=mask)
+        logits = out.logits if hasattr(out, "logits") else (out[0] if isinstance(out, (tuple, list)) else out)
+        return torch.nn.functional.pad(logits, (0, 0, lead, 0)) if lead else logits
 
     fn.takes_rows = True  # z may be a subset of the batch's rows (``rows``, their indices): see _run_block
     return fn
