@@ -10,7 +10,7 @@ import sys
 
 from anchored_reasoning.errors import AnchoredReasoningError
 
-SUBCOMMANDS = ["tasks", "models", "eval", "train", "demo", "serve", "compare", "ppl"]
+SUBCOMMANDS = ["tasks", "models", "eval", "train", "export", "demo", "serve", "compare", "ppl"]
 
 
 def build_parser() -> argparse.ArgumentParser:

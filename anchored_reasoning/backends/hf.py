@@ -112,7 +112,7 @@ class HFBackend:
         seed: int = 0,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         if int(batch_size) < 1:
             raise ConfigError(f"backend option batch_size={batch_size!r} must be >= 1")
@@ -133,7 +133,9 @@ class HFBackend:
             self.tokenizer = AutoTokenizer.from_pretrained(
                 self.model_path, trust_remote_code=trust_remote_code, revision=revision
             )
-            self.model = AutoModelForCausalLM.from_pretrained(
+            from anchored_reasoning.models.adapters import load_causal_lm  # a LoRA folder: its base + the adapter
+
+            self.model = load_causal_lm(
                 self.model_path, dtype=self.dtype, trust_remote_code=trust_remote_code, revision=revision
             )
         except OSError as exc:

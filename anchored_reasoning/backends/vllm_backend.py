@@ -96,6 +96,42 @@ def check_loadable(model: str) -> None:
         )
 
 
+#: The LoRA ranks vLLM's ``max_lora_rank`` takes.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def adapter_plan(path: str) -> tuple[str, str | None, int]:
+    """``(model vLLM loads, LoRA adapter folder or None, its rank)`` for ``path``. A plain checkpoint: itself.
+    A LoRA folder (models/adapters.py) whose adapter is LoRA matrices only: its base, with the adapter served
+    through vLLM's LoRA support (``enable_lora``, a ``LoRARequest`` per call). One that also trains token rows
+    (the anchoring format's added tokens, ``trainable_token_indices``) or whole modules: vLLM's LoRA cannot
+    carry embedding rows, so the merged model (``merge_and_unload``, the same greedy text) is written once
+    under the cache folder and loaded as a plain checkpoint."""
+    from anchored_reasoning.models import adapters
+
+    if not adapters.is_adapter_dir(path):
+        return path, None, 0
+    config = json.loads((Path(path) / adapters.ADAPTER_CONFIG).read_text())
+    if not config.get("trainable_token_indices") and not config.get("modules_to_save"):
+        from anchored_reasoning.models.zoo import resolve_model
+
+        return resolve_model(adapters.adapter_base(path)), path, int(config.get("r") or 8)
+    import hashlib
+
+    from anchored_reasoning.backends.hf import local_fingerprint
+    from anchored_reasoning.models.zoo import cache_dir
+
+    key = hashlib.sha256(f"{Path(path).resolve()}|{local_fingerprint(path)}".encode()).hexdigest()[:16]
+    merged = cache_dir() / "merged_adapters" / f"{Path(path).name}-{key}"
+    if not (merged / "config.json").is_file():
+        logger.info("vllm backend: %s trains token rows, which vLLM's LoRA cannot load: merging it into %s (once)",
+                    path, merged)
+        tmp = merged.with_name(merged.name + f".tmp{os.getpid()}")
+        adapters.export_merged(path, tmp)
+        tmp.replace(merged)
+    return str(merged), None, 0
+
+
 def sampling_params_kwargs(spec: SamplingSpec) -> dict[str, Any]:
     """The ``vllm.SamplingParams`` keyword arguments that mean ``spec`` (one request per prompt)."""
     if spec.n < 1:
@@ -167,7 +203,8 @@ class VLLMBackend:
         from anchored_reasoning.models.zoo import resolve_model
 
         self.model_arg = str(model)
-        self.model = self.model_path = str(resolve_model(model))
+        self.model_path = str(resolve_model(model))
+        self.model, self.adapter, lora_rank = adapter_plan(self.model_path)  # a LoRA run's folder: see adapter_plan
         check_loadable(self.model)  # before vLLM is even imported: a refusal costs nothing
         self.mode = mode
         self.batch_size = int(batch_size)
@@ -187,6 +224,12 @@ class VLLMBackend:
             llm_kwargs["data_parallel_size"] = int(data_parallel_size)
         if max_model_len is not None:
             llm_kwargs["max_model_len"] = int(max_model_len)
+        self.lora_request = None
+        if self.adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            llm_kwargs.update(enable_lora=True, max_lora_rank=next(r for r in VLLM_LORA_RANKS if r >= lora_rank))
+            self.lora_request = LoRARequest("adapter", 1, str(Path(self.adapter).resolve()))
         if self.on_cpu:
             llm_kwargs.update(self._cpu_defaults(engine_kwargs))
         llm_kwargs.update(engine_kwargs)
@@ -238,8 +281,11 @@ class VLLMBackend:
     def describe(self) -> dict[str, Any]:
         from anchored_reasoning.backends.hf import local_fingerprint
 
-        return {"backend": self.name, "model": self.model, "revision": local_fingerprint(self.model), "dtype": self.dtype,
-                "max_model_len": self.max_model_len, "mode": self.mode}
+        out = {"backend": self.name, "model": self.model, "revision": local_fingerprint(self.model), "dtype": self.dtype,
+               "max_model_len": self.max_model_len, "mode": self.mode}
+        if self.model != self.model_path:  # a LoRA folder: served through vLLM's LoRA, or merged
+            out.update(adapter=self.model_path, adapter_revision=local_fingerprint(self.model_path))
+        return out
 
     def _use_chat(self, prompt: Prompt) -> bool:
         return self.mode == "chat" or (self.mode == "auto" and bool(prompt.messages))
@@ -248,6 +294,7 @@ class VLLMBackend:
         if not prompts:
             return []
         params = self._vllm.SamplingParams(**sampling_params_kwargs(spec))
+        lora = {"lora_request": self.lora_request} if self.lora_request is not None else {}
         results: list[list[Completion] | None] = [None] * len(prompts)
         chat_idx = [i for i, p in enumerate(prompts) if self._use_chat(p)]
         text_idx = [i for i, p in enumerate(prompts) if not self._use_chat(p)]
@@ -257,9 +304,9 @@ class VLLMBackend:
             t0 = time.perf_counter()
             if chat:
                 conversations = [prompts[i].messages or [{"role": "user", "content": prompts[i].text}] for i in indices]
-                outputs = self.llm.chat(conversations, params, use_tqdm=False)
+                outputs = self.llm.chat(conversations, params, use_tqdm=False, **lora)
             else:
-                outputs = self.llm.generate([prompts[i].text for i in indices], params, use_tqdm=False)
+                outputs = self.llm.generate([prompts[i].text for i in indices], params, use_tqdm=False, **lora)
             elapsed = time.perf_counter() - t0
             if len(outputs) != len(indices):
                 raise BackendError(f"vllm returned {len(outputs)} outputs for {len(indices)} prompts")

@@ -367,6 +367,8 @@ def checkpoint_kind(path: str | os.PathLike) -> tuple[str | None, str]:
     meta = read_checkpoint_meta(folder) or {}
     if meta.get("backend") == "diffusion":
         return "diffusion", f'{CHECKPOINT_META} says "backend": "diffusion"'
+    if (folder / "adapter_config.json").is_file():  # a LoRA run's folder (models/adapters.py): a causal LM's adapter
+        return "AR", "adapter_config.json: a LoRA adapter"
     try:
         model_type = str(json.loads((folder / "config.json").read_text()).get("model_type", "")).lower()
     except (OSError, ValueError, AttributeError):

@@ -62,7 +62,7 @@ def build_tokenizer_from_texts(texts: Sequence[str], out_dir: Path, vocab_size: 
 
 def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int,
                               tokenizer_dir: Path | None = None, extra_tokens: Sequence[str] = (),
-                              token_inits: Mapping[str, str] | None = None):
+                              token_inits: Mapping[str, str] | None = None, load_kwargs: Mapping[str, Any] | None = None):
     """The model and its tokenizer. ``tokenizer_dir``: a saved tokenizer to use instead of training
     one (a resumed run reuses its checkpoint's, so token ids cannot change under the weights).
     ``extra_tokens``: the method's own added tokens (``TrainedMethod.added_tokens``); ``token_inits``: the
@@ -119,7 +119,7 @@ def build_model_and_tokenizer(model_cfg: Mapping[str, Any], texts: Sequence[str]
         kwargs = dict(revision)
         if model_cfg.get("dtype"):
             kwargs["dtype"] = getattr(torch, str(model_cfg["dtype"]))
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **dict(load_kwargs or {}))  # QLoRA: 4-bit
     # the one path that readies model + tokenizer for a method, shared with AnchoredSFTTrainer(method=...)
     # (a preset's tokens are in its vocabulary already: nothing is resized or initialised for it)
     prepare_for_method(model, tokenizer, extra_tokens, token_inits)
@@ -176,6 +176,9 @@ class ARPipeline(Pipeline):
         return recipe
 
     def configure(self, recipe, output_dir):
+        from anchored_reasoning.train.peft_setup import check_runtime
+
+        check_runtime(recipe.get("peft"))  # LoRA without peft, QLoRA without a GPU: refused before any data work
         return make_config(recipe, output_dir)
 
     def prepare(self, run: Run) -> Mapping[str, Any]:
@@ -199,6 +202,7 @@ class ARPipeline(Pipeline):
         from anchored_reasoning.train.trainers.acot_trainer import AnchoredSFTTrainer
         from anchored_reasoning.train.data.collate import check_anchor_labels, examples_dataset
         from anchored_reasoning.train.pipelines.method_setup import anchored_callbacks, anchored_collator, preflight, trained_method
+        from anchored_reasoning.train import peft_setup
 
         recipe, config, train = run.recipe, run.config, run.state["train"]
         task_name, method_cfg = recipe.get("task"), dict(recipe["method"])
@@ -211,7 +215,8 @@ class ARPipeline(Pipeline):
         texts = training_texts(train[:5000], method, task_name) if needs_tokenizer else []
         model, tokenizer = build_model_and_tokenizer(recipe["model"], texts, run.output_dir, int(recipe.get("seed", 0)),
                                                      run.resume.tokenizer_dir, method.added_tokens,
-                                                     method.added_token_inits)
+                                                     method.added_token_inits, peft_setup.load_kwargs(recipe.get("peft")))
+        peft_config = peft_setup.lora_config(recipe.get("peft"), model, tokenizer, method.added_tokens)  # or None
         logger.info("model: %.2fM parameters", parameters(model) / 1e6)
         anchor_check = check_anchor_labels(tokenizer, method, train, task_name)  # an empty anchor fails here
         collator = anchored_collator(config, tokenizer, method, task_name)
@@ -221,15 +226,18 @@ class ARPipeline(Pipeline):
             from anchored_reasoning.train.trainers.coconut_trainer import CoconutSFTTrainer as trainer_cls
         run.trainer = trainer_cls(model=model, args=config, train_dataset=examples_dataset(train),
                                          data_collator=collator, processing_class=tokenizer,
-                                         callbacks=[run.budget, curriculum])
+                                         callbacks=[run.budget, curriculum], peft_config=peft_config)
         run.tokenizer, run.attach = tokenizer, {"curriculum": curriculum}
         run.state.update(method=method, model=model, collator=collator, curriculum=curriculum, anchor_check=anchor_check)
 
     def meta(self, run: Run) -> dict[str, Any]:
+        from anchored_reasoning.train import peft_setup
         from anchored_reasoning.train.pipelines.method_setup import checkpoint_meta
 
         # the format of the stage the weights were saved at
-        return checkpoint_meta(run.state["method"], run.state["curriculum"], run.recipe.get("task"))
+        meta = checkpoint_meta(run.state["method"], run.state["curriculum"], run.recipe.get("task"))
+        adapter = peft_setup.adapter_meta(run.trainer.model, run.recipe["model"].get("name"))
+        return {**meta, "peft": adapter} if adapter else meta
 
     def summary(self, run: Run) -> dict[str, Any]:
         trainer, curriculum, config = run.trainer, run.state["curriculum"], run.config

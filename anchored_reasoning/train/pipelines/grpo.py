@@ -37,6 +37,7 @@ import torch
 
 from anchored_reasoning.checkpoints import CHECKPOINT_META
 from anchored_reasoning.errors import ConfigError, DataError
+from anchored_reasoning.train import peft_setup
 from anchored_reasoning.train import recipes as recipes_mod
 from anchored_reasoning.train.pipelines.grpo_prompts import Prompting, build_rows, choose_method
 from anchored_reasoning.train.trainers.grpo_trainer import AnchoredGRPOConfig, AnchoredGRPOTrainer, AnchorTable
@@ -120,11 +121,11 @@ def _no_task(model_cfg: Mapping[str, Any]) -> NoReturn:
 
 
 def load_policy(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Path, seed: int,
-                extra_tokens: Sequence[str] = ()):
+                extra_tokens: Sequence[str] = (), load_kwargs: Mapping[str, Any] | None = None):
     """(model, tokenizer) for an AR policy; instruct models keep their vocabulary (vLLM loads them as is).
     ``extra_tokens``: the method's own (``TrainedMethod.added_tokens``), for a policy built from a preset; a
     checkpoint's tokenizer already holds its method's."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from anchored_reasoning.models.zoo import resolve_model
     from anchored_reasoning.train.pipelines import ar
@@ -138,7 +139,9 @@ def load_policy(model_cfg: Mapping[str, Any], texts: Sequence[str], work_dir: Pa
         tok = model_cfg.get("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(str(tok)) if tok else path)
         kwargs = {"dtype": getattr(torch, str(model_cfg["dtype"]))} if model_cfg.get("dtype") else {}
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        from anchored_reasoning.models.adapters import load_causal_lm  # a LoRA SFT run: merged onto its base
+
+        model = load_causal_lm(path, **kwargs, **dict(load_kwargs or {}))
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -185,6 +188,7 @@ class GRPOPipeline(Pipeline):
                 raise ConfigError("recipe 'sampler' applies to diffusion checkpoints only; this start model is a causal LM")
             config = make_config(recipe, output_dir, AnchoredGRPOConfig)  # bad values fail before any data or model work
         check_generation_backend(config)
+        peft_setup.check_runtime(recipe.get("peft"), diffusion=bool(self.start and self.start.get("backend") == "diffusion"))
         return config
 
     def prepare(self, run: Run) -> Mapping[str, Any]:
@@ -219,6 +223,8 @@ class GRPOPipeline(Pipeline):
         meta = dict(plan.meta or {"style": "trained", "task": recipe.get("task")})  # prompted exactly as trained
         meta.update({"method": plan.prompting.method.name, "method_options": plan.prompting.method.options,
                      "grpo": self.facts(run)})
+        adapter = peft_setup.adapter_meta(run.trainer.model, (recipe.get("model") or {}).get("name"))
+        meta.update({"peft": adapter} if adapter else {})
         meta.setdefault("task", recipe.get("task"))
         return meta
 
@@ -261,7 +267,9 @@ def build_trainer(plan: Plan, callbacks: Sequence[Any] = ()):
     needs_texts = model_cfg.get("preset") and model_cfg.get("tokenizer") in (None, "train")
     texts = training_texts(plan.examples[:5000], plan.prompting.method, plan.task.name) if needs_texts else []
     model, tokenizer = load_policy(model_cfg, texts, Path(config.output_dir), int(plan.recipe.get("seed", 0)),
-                                   getattr(plan.prompting.method, "added_tokens", ()))
+                                   getattr(plan.prompting.method, "added_tokens", ()), peft_setup.load_kwargs(plan.recipe.get("peft")))
+    added = getattr(plan.prompting.method, "added_tokens", ())
+    model = peft_setup.wrap(model, peft_setup.lora_config(plan.recipe.get("peft"), model, tokenizer, added), seed=config.seed)
     table = AnchorTable(tokenizer, config.ant_token) if getattr(plan.prompting.method, "anchored", False) else None
     rows = build_rows(plan.examples, plan.prompting, plan.task, tokenizer, table)
     if table is not None:

@@ -87,7 +87,11 @@ def prepare_for_method(model: Any, tokenizer: Any, added_tokens: Sequence[str] =
             raise ConfigError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has neither a pad nor an eos "
                               "token: set tokenizer.pad_token before training")
         tokenizer.pad_token = tokenizer.eos_token
-    added = add_special_tokens(tokenizer, model, extra=added_tokens, init=token_inits)
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # the resize samples the new rows: the same ones in every process
+        torch.manual_seed(0)
+        added = add_special_tokens(tokenizer, model, extra=added_tokens, init=token_inits)
     model.config.pad_token_id = tokenizer.pad_token_id
     generation = getattr(model, "generation_config", None)
     if generation is not None:
@@ -191,7 +195,7 @@ def load_model(name: str | os.PathLike, tokenizer: Any = None, init_kwargs: Mapp
 
 def assemble(*, model: Any, args: Any, data_collator: Any, train_dataset: Any, eval_dataset: Any,
              processing_class: Any, method: Any, task: Any, method_options: Mapping[str, Any] | None,
-             callbacks: Sequence[Any] | None, config_cls: type) -> dict[str, Any]:
+             callbacks: Sequence[Any] | None, config_cls: type, peft_config: Any = None) -> dict[str, Any]:
     """The keyword arguments ``AnchoredSFTTrainer`` hands to ``SFTTrainer.__init__``, plus ``method`` (the
     trained-style Method, or None), ``task_name`` and ``curriculum`` (the CurriculumCallback, or None).
     ``config_cls`` is the trainer's config class (``AnchoredSFTConfig``; the default ``args``).
@@ -215,6 +219,10 @@ def assemble(*, model: Any, args: Any, data_collator: Any, train_dataset: Any, e
                eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks or None,
                method=None, task_name=task_name, curriculum=curriculum)
     if method is None:
+        if peft_config is not None:  # LoRA as the config says (the recipe path's names the new tokens itself)
+            from anchored_reasoning.train.peft_setup import wrap
+
+            out["model"] = wrap(model, peft_config, seed=getattr(args, "seed", 0))
         if method_options:
             raise ConfigError("method_options given without a method: pass method='acot' (or another) as well")
         if train_examples is not None or valid_examples is not None:
@@ -247,6 +255,10 @@ def assemble(*, model: Any, args: Any, data_collator: Any, train_dataset: Any, e
 
         curriculum_plan_for(args, built, len(train_dataset))
     prepare_for_method(model, processing_class, built.added_tokens, built.added_token_inits)
+    if peft_config is not None:  # LoRA: the method's new token rows train as well (train/peft_setup.py)
+        from anchored_reasoning.train.peft_setup import wrap
+
+        model = wrap(model, peft_config, processing_class, built.added_tokens, seed=args.seed)
     if train_examples is not None:
         from anchored_reasoning.train.data.collate import check_anchor_labels, examples_dataset
 

@@ -118,6 +118,22 @@ class TADMModel(DiffusionModel):
 
 
 @dataclass
+class PeftSection:
+    """``peft:`` (train/peft_setup.py): train a LoRA adapter instead of every weight; ``load_in_4bit``: QLoRA."""
+
+    r: Any = None
+    lora_alpha: Any = None
+    lora_dropout: Any = None
+    target_modules: Any = None  # a list of module names, or "all-linear"
+    modules_to_save: Any = None
+    train_new_tokens: Any = None  # the format's added tokens' embedding rows train (trainable_token_indices)
+    load_in_4bit: Any = None
+    bnb_4bit_quant_type: Any = None
+    bnb_4bit_compute_dtype: Any = None
+    bnb_4bit_use_double_quant: Any = None
+
+
+@dataclass
 class ARData:
     train: DataSource | None = None
     valid: DataSource | None = None
@@ -176,6 +192,7 @@ class Recipe(BaseRecipe):
 class ARRecipe(Recipe):
     model: ARModel | None = None
     data: ARData | None = None
+    peft: PeftSection | None = None
     kind = "ar"
 
 
@@ -199,6 +216,7 @@ class GRPORecipe(Recipe):
     data: GRPOData | None = None
     rewards: dict | None = field(default=None, metadata=_keys(_reward_keys))
     sampler: dict | None = field(default=None, metadata=_keys(_sampler_keys))  # diffusion checkpoints only
+    peft: PeftSection | None = None  # causal LM policies only
     kind = "grpo"
 
 
@@ -278,6 +296,9 @@ def build(cls: type, values: Mapping[str, Any], where: str = "", trainer: str | 
         if str(key).startswith("_"):
             continue
         if key not in fields:
+            if key == "peft" and not where:
+                raise ConfigError(f"recipe section 'peft' (LoRA) applies to the ar and grpo trainers (causal LMs); the "
+                                  f"{trainer} trainer trains every weight of its model: remove the section")
             raise unknown_key(str(key), where, fields)
         f, path = fields[key], f"{where}{key}"
         sub, free = _section_class(f), _free_keys(cls, key, f, trainer)
@@ -326,5 +347,5 @@ def key_tree(trainer: str) -> dict[str, Any]:
 
 
 _SECTIONS: dict[str, type] = {c.__name__: c for c in (
-    DataSource, MethodSection, ModelSection, ARModel, DiffusionModel, TADMModel, ARData, GRPOData, DiffusionData,
+    DataSource, MethodSection, ModelSection, PeftSection, ARModel, DiffusionModel, TADMModel, ARData, GRPOData, DiffusionData,
     TADMData, TADMGemmaModel, TADMGemmaData)}

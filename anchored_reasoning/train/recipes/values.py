@@ -220,6 +220,14 @@ def section_specs(trainer: str) -> dict[str, Any]:
             "ppl_refresh_every": Value(("list",), item=integer(1), nullable=True),
             "ppl_max_blocks": integer(1, nullable=True),
         },
+        "peft": {
+            "r": integer(1), "lora_alpha": number(0, low_open=True), "lora_dropout": number(0, high=1, high_open=True),
+            "target_modules": Value(("str", "list"), item=text(), nullable=True,
+                                    says="a module name or 'all-linear'"),
+            "modules_to_save": Value(("list",), item=text(), nullable=True), "train_new_tokens": FLAG,
+            "load_in_4bit": FLAG, "bnb_4bit_quant_type": choice("nf4", "fp4"),
+            "bnb_4bit_compute_dtype": choice("bfloat16", "float16", "float32"), "bnb_4bit_use_double_quant": FLAG,
+        },
         "rewards": {**{name: number(None) for name in REWARDS},
                     "tests_timeout_s": number(0, low_open=True, nullable=True)},
     }

@@ -192,7 +192,7 @@ class AnchoredSFTTrainer(SFTTrainer):
         parts = assemble(model=model, args=args, data_collator=data_collator, train_dataset=train_dataset,
                          eval_dataset=eval_dataset, processing_class=processing_class, method=method, task=task,
                          method_options=method_options, callbacks=kwargs.pop("callbacks", None),
-                         config_cls=AnchoredSFTConfig)
+                         config_cls=AnchoredSFTConfig, peft_config=kwargs.pop("peft_config", None))
         #: the trained-style method this trainer renders (None when the caller brings its own collator only)
         self.method = parts.pop("method")
         self.task_name = parts.pop("task_name")
