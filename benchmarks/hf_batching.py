@@ -5,11 +5,13 @@
 Same prompts for every setting (the first 16 GSM8K test questions in the CoT chat prompt, tokenized once by the
 backend), greedy, 64 new tokens, the embedded SmolLM2-135M-Instruct (CPU, float32). Per repeat, in one process:
 the backend at batch 1, raw ``model.generate`` at batch 1 (the same left-padded ids, the same
-``GenerationConfig``), then both at batch 16. The best run of each is compared; texts must be identical.
+``GenerationConfig``), then both at batch 16, and the backend at batch 16 without its length-bucketed prompt pass
+(``backend_unbucketed``: one padded pass, as before backends/hf_prefill.py). The best run of each is compared; texts
+must be identical.
 
 What bounds the speed-up is measured too: one profiled backend batch-16 call (seconds in the backend's own
 per-step Python work: the stop/EOS tracker, padding, decoding) and the prompt pass alone (``max_new_tokens=1``)
-at batch 1 and 16, whose padded width the whole batch pays. Writes benchmarks/results/hf_batching.json.
+at batch 1 and 16 (bucketed and one padded pass), with the prompt tokens each pays. Writes benchmarks/results/hf_batching.json.
 Goal: >= 6x tokens/s at batch 16 over batch 1.
 """
 from __future__ import annotations
@@ -67,7 +69,8 @@ def profile_batch(backend, prompts, spec) -> dict[str, float]:
     prof.runcall(backend.generate, prompts, spec)
     wall = time.perf_counter() - t0
     stats = pstats.Stats(prof).stats
-    own = {"tracker": "__call__", "left_pad": "left_pad", "fair_shares": "fair_shares", "encode": "encode"}
+    own = {"tracker": "__call__", "left_pad": "left_pad", "fair_shares": "fair_shares", "encode": "encode",
+           "bucketed_prefill": "bucketed_prefill"}
     out = {"wall_seconds": round(wall, 3)}
     for label, fn in own.items():
         cum = sum(v[3] for (path, _line, name), v in stats.items() if name == fn and "anchored_reasoning" in path)
@@ -91,6 +94,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     from anchored_reasoning.backends.hf import HFBackend
+    from anchored_reasoning.backends.hf_prefill import plan_buckets
     from anchored_reasoning.types import Prompt, SamplingSpec
 
     template = "Solve the problem step by step, then give the final answer after ####.\n\n{q}"
@@ -104,15 +108,17 @@ def main() -> int:
 
     load_before = os.getloadavg()
     sizes = (1, args.batch_size)
-    runs: dict[str, list[dict]] = {f"{side}_batch_{bs}": [] for bs in sizes for side in ("backend", "raw")}
+    sides = {bs: ("backend", "raw") + (("backend_unbucketed",) if bs > 1 else ()) for bs in sizes}
+    runs: dict[str, list[dict]] = {f"{side}_batch_{bs}": [] for bs in sizes for side in sides[bs]}
     texts: dict[str, list[str]] = {}
     for _ in range(args.repeats):
         for bs in sizes:
-            for side in ("backend", "raw"):
+            for side in sides[bs]:
                 t0 = time.perf_counter()
-                if side == "backend":
-                    backend.batch_size = bs
+                if side.startswith("backend"):
+                    backend.batch_size, backend.bucket_prefill = bs, side == "backend"
                     out = backend.generate(prompts, spec)
+                    backend.bucket_prefill = True
                     got, tokens = [c[0].text for c in out], sum(c[0].n_tokens for c in out)
                 else:
                     got, tokens = raw_generate(backend, encoded, bs, args.max_new_tokens)
@@ -122,28 +128,33 @@ def main() -> int:
                 key = f"{side}_batch_{bs}"
                 runs[key].append({"wall_seconds": round(wall, 3), "tokens": tokens, "tokens_per_second": round(tokens / wall, 2)})
                 texts[key] = got
-                print(f"{key:>17}: {tokens} tokens in {wall:.1f} s = {tokens / wall:.1f} tokens/s", flush=True)
+                print(f"{key:>28}: {tokens} tokens in {wall:.1f} s = {tokens / wall:.1f} tokens/s", flush=True)
     best = {k: max(r, key=lambda x: x["tokens_per_second"])["tokens_per_second"] for k, r in runs.items()}
     big = args.batch_size
     speedup = {side: best[f"{side}_batch_{big}"] / best[f"{side}_batch_1"] for side in ("backend", "raw")}
+    speedup["backend_unbucketed"] = best[f"backend_unbucketed_batch_{big}"] / best["backend_batch_1"]  # batch 1: one row
     vs_raw = {f"batch_{bs}": best[f"backend_batch_{bs}"] / best[f"raw_batch_{bs}"] for bs in sizes}
     same = {k: sum(a == b for a, b in zip(texts["backend_batch_1"], v)) for k, v in texts.items()}
     # what bounds it: the backend's own Python in a batch-16 call, and the padded prompt pass
     backend.batch_size = big
     profile = profile_batch(backend, prompts, spec)
     prefill = {}
-    for bs in sizes:
-        backend.batch_size = bs
+    for bs, bucketed in ((1, True), (big, True), (big, False)):
+        backend.batch_size, backend.bucket_prefill = bs, bucketed
         t0 = time.perf_counter()
         backend.generate(prompts, SamplingSpec(max_new_tokens=1))
-        prefill[f"batch_{bs}"] = round(time.perf_counter() - t0, 3)
+        prefill[f"batch_{bs}" + ("" if bucketed else "_unbucketed")] = round(time.perf_counter() - t0, 3)
+    backend.bucket_prefill = True
     real = sum(len(x) for x in encoded)
     padded = sum(len(encoded[s]) * len(encoded[s:s + big]) for s in range(0, len(encoded), big))
+    batches = [encoded[s:s + big] for s in range(0, len(encoded), big)]  # all but each row's last token, bucketed
+    bucketed_tokens = sum(len(g) * max(len(b[i]) - 1 for i in g) for b in batches
+                          for g in plan_buckets([len(x) - 1 for x in b])) + len(encoded)
     print(f"batch {big} over batch 1: backend {speedup['backend']:.2f}x, raw generate {speedup['raw']:.2f}x (goal >= 6x); "
           f"backend / raw: batch 1 {vs_raw['batch_1']:.2f}x, batch {big} {vs_raw[f'batch_{big}']:.2f}x; "
           f"identical texts vs backend batch 1: {same}")
     print(f"profile of a backend batch-{big} call: {profile}; prompt pass alone: {prefill}; "
-          f"prompt tokens {real}, padded {padded}")
+          f"prompt tokens {real}, padded {padded}, bucketed {bucketed_tokens}")
     result = {
         "benchmark": "hf_batching",
         "command": "OMP_NUM_THREADS=%d python -m benchmarks.hf_batching %s" % (args.threads, " ".join(sys.argv[1:])),
@@ -160,10 +171,14 @@ def main() -> int:
         "runs": runs,
         "best_tokens_per_second": best,
         "speedup_batch_%d_over_1" % big: {k: round(v, 2) for k, v in speedup.items()},
+        # the decoding steps alone: each best run's wall time less its prompt pass (measured below)
+        "decode_only_speedup_batch_%d_over_1" % big: round(
+            (runs["backend_batch_1"][0]["tokens"] / best["backend_batch_1"] - prefill["batch_1"])
+            / (runs[f"backend_batch_{big}"][0]["tokens"] / best[f"backend_batch_{big}"] - prefill[f"batch_{big}"]), 2),
         "backend_over_raw_generate": {k: round(v, 3) for k, v in vs_raw.items()},
         "identical_texts_vs_backend_batch_1": {k: f"{v}/{len(prompts)}" for k, v in same.items()},
         "bound": {"profile_backend_batch_%d" % big: profile, "prompt_pass_seconds": prefill,
-                  "prompt_tokens": real, "padded_prompt_tokens": padded},
+                  "prompt_tokens": real, "padded_prompt_tokens": padded, "bucketed_prompt_tokens": bucketed_tokens},
         "goal": ">= 6x tokens/s at batch 16 over batch 1",
         "goal_met": speedup["backend"] >= 6.0,
     }

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from anchored_reasoning.backends import ProgressFn, cut_at_stop, left_pad, per_prompt_samples
+from anchored_reasoning.backends.hf_prefill import bucketed_prefill
 from anchored_reasoning.backends.latent import generation_inputs
 from anchored_reasoning.errors import BackendError, ConfigError
 from anchored_reasoning.models.zoo import resolve_model
@@ -98,6 +99,8 @@ class HFBackend:
     """
 
     name = "hf"
+    #: run each batch's prompt pass in length buckets (backends/hf_prefill.py); False: one padded pass
+    bucket_prefill = True
 
     def __init__(
         self,
@@ -306,6 +309,8 @@ class HFBackend:
             with torch.inference_mode():
                 # continuous thoughts (Coconut, backends/latent.py): <thought> embeddings filled by the latent passes
                 prompt = generation_inputs(self.model, self.tokenizer, input_ids, mask) or {"input_ids": input_ids}
+                if "input_ids" in prompt and self.bucket_prefill:  # the prompt pass in length buckets (hf_prefill.py)
+                    prompt["past_key_values"] = bucketed_prefill(self.model, ids, pad)
                 tracker.prompt_width = width if "input_ids" in prompt else 0  # generate returns new tokens only
                 out = self.model.generate(
                     **prompt,
