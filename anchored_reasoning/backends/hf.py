@@ -8,7 +8,8 @@ How it generates:
 
 * prompts (times ``spec.n`` samples when sampling) are sorted by token length and cut into
   batches of ``batch_size`` rows, left-padded, and decoded together with ``model.generate``;
-  results come back in the caller's order;
+  results come back in the caller's order; a batch's prompt pass runs in groups of similar length
+  (:mod:`~anchored_reasoning.backends.hf_prefill`), so a short prompt does not pay the longest one's padding;
 * greedy decoding (``temperature <= 0``) is plain argmax; ``n`` greedy samples are one
   generation, copied;
 * sampling (temperature / top-p) is done by our own logits processor with one
