@@ -10,7 +10,7 @@ another benchmark script; tests/test_benchmarks_layout.py checks it).
 - one timed greedy ProsQA pass on the diffusion backend: :func:`timed_pass` (diffusion_reasoning, tadm_speed);
 - the small logic-text ADLM / TADM models of the stale-anchor contrast and their judge: :func:`logic_rows`,
   :func:`window_batch`, :func:`trained_stale_model`, :func:`judge_ppl` (tadm_stale_contrast, diffusion_cache);
-- a result JSON written whole: :func:`write_result`.
+- a result JSON written whole: :func:`write_result`; its machine block: :func:`machine` (hf_batching, lm_eval_vs_harness).
 """
 from __future__ import annotations
 
@@ -38,6 +38,18 @@ def write_result(path: str | Path, result: dict[str, Any]) -> Path:
     atomic_write(path, json.dumps(result, indent=2) + "\n")
     logger.info("wrote %s", path)
     return path
+
+
+def machine(load_before: tuple[float, ...], **extra: Any) -> dict[str, Any]:
+    """A result's ``machine`` block: platform, cores, torch threads and version, ``extra``, and the 1-minute load
+    averages at ``load_before`` (``os.getloadavg()`` when the timing began) and now (the machine is shared)."""
+    import os
+    import platform
+
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__, **extra,
+            "shared": "the machine is shared with other busy processes: 1-minute load averages before/after",
+            "loadavg_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
 
 
 # --- intervals and paired tests --------------------------------------------------------------------------

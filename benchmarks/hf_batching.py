@@ -21,13 +21,12 @@ import cProfile
 import datetime as dt
 import json
 import os
-import platform
 import pstats
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import machine, write_result
 
 
 def gsm8k_questions(count: int) -> list[str]:
@@ -159,12 +158,7 @@ def main() -> int:
         "benchmark": "hf_batching",
         "command": "OMP_NUM_THREADS=%d python -m benchmarks.hf_batching %s" % (args.threads, " ".join(sys.argv[1:])),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "shared": "the machine is shared with other busy processes: 1-minute load averages before/after",
-            "loadavg_1min_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        },
+        "machine": machine(load_before),
         "model": backend.describe(),
         "prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens,

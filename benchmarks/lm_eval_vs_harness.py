@@ -29,7 +29,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -38,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import machine, write_result
 
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 TASK = "anchored_gsm8k_cot"
@@ -245,7 +244,6 @@ def main(argv: list[str] | None = None) -> int:
                 row["texts_differ_from_previous_repeat"] = True
             last[name] = out
             print(f"repeat {rep} {name:>17}: {row}", flush=True)
-    load_after = os.getloadavg()
 
     lm_out, lib = last["lm_eval"], last["library"]
     prompts = [build_method("cot").prompt(e, task) for e in examples]
@@ -274,13 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "lm_eval_vs_harness",
         "command": "OMP_NUM_THREADS=%d python -m benchmarks.lm_eval_vs_harness %s" % (args.threads, " ".join(sys.argv[1:])),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "lm_eval": __import__("lm_eval").__version__,
-            "shared": "the machine is shared with other busy processes: 1-minute load averages before/after",
-            "loadavg_1min_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
-        },
+        "machine": machine(load_before, lm_eval=__import__("lm_eval").__version__),
         "engine": args.engine,
         "model": backend.describe(),
         "setting": {"task": "GSM8K test, first %d problems, zero-shot cot prompt%s" % (len(examples), ", chat template" if chat else ""),
