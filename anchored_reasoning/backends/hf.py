@@ -310,9 +310,8 @@ class HFBackend:
             with torch.inference_mode():
                 # continuous thoughts (Coconut, backends/latent.py): <thought> embeddings filled by the latent passes
                 prompt = generation_inputs(self.model, self.tokenizer, input_ids, mask) or {"input_ids": input_ids}
-                if "input_ids" in prompt and self.bucket_prefill:  # the prompt pass in length buckets (hf_prefill.py)
-                    prompt["past_key_values"] = bucketed_prefill(self.model, ids, pad)
-                tracker.prompt_width = width if "input_ids" in prompt else 0  # generate returns new tokens only
+                if "past_key_values" not in prompt and self.bucket_prefill:  # the prompt pass in length buckets
+                    prompt["past_key_values"] = bucketed_prefill(self.model, ids, pad)  # (hf_prefill.py)
                 out = self.model.generate(
                     **prompt,
                     attention_mask=mask,
@@ -330,7 +329,7 @@ class HFBackend:
         wall = time.perf_counter() - t0
         if on_progress is not None:  # the rows cut at the token budget are done now
             on_progress((len(ids) - len(tracker.finished_at)) * weight, 0)
-        gen = out[:, tracker.prompt_width:].tolist()
+        gen = out[:, width:].tolist()
         steps = len(gen[0]) if gen else 0
         lengths = [tracker.finished_at.get(r, steps) for r in range(len(ids))]
         shares = fair_shares(lengths, wall)

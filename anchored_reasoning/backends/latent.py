@@ -43,6 +43,7 @@ class LatentPasses:
     start: int
     passes: int
     thoughts: Any  # (n_thoughts_total, hidden): the filled thought states, row-major in column order
+    cache: Any = None  # the KV cache of every column (cache=True), for generation to go on from
 
 
 def thought_id(tokenizer: Any) -> int | None:
@@ -67,8 +68,9 @@ def _last_hidden(outputs: Any) -> Any:
 def latent_forward(model: Any, input_ids: Any, attention_mask: Any, thought: int, *, cache: bool = True,
                    logits: bool = True) -> LatentPasses:
     """Run ``model`` over ``input_ids`` with each ``thought`` token's embedding replaced by the last hidden
-    state of the position before it (see the module docstring). ``logits=False`` skips the final pass (the
-    generator only needs the filled embeddings). Raises :class:`ConfigError` for a thought in column 0."""
+    state of the position before it (see the module docstring). ``logits=False`` keeps the final pass's
+    logits of the last column only (the generator needs the cache, not the scores). Raises
+    :class:`ConfigError` for a thought in column 0."""
     import torch
 
     embed = model.get_input_embeddings()
@@ -99,28 +101,32 @@ def latent_forward(model: Any, input_ids: Any, attention_mask: Any, thought: int
         done = p
     final = None
     start = done if cache else 0
-    if logits:
-        out = model(inputs_embeds=embeds[:, start:], attention_mask=attention_mask,
-                    position_ids=positions[:, start:], past_key_values=past, use_cache=cache)
+    if start < embeds.shape[1]:
+        out = model(inputs_embeds=embeds[:, start:], attention_mask=attention_mask, position_ids=positions[:, start:],
+                    past_key_values=past, use_cache=cache, **({} if logits else {"logits_to_keep": 1}))
         passes += 1
         final = out.logits
     states = torch.cat(filled) if filled else embeds.new_zeros((0, embeds.shape[-1]))
-    return LatentPasses(inputs_embeds=embeds, logits=final, start=start, passes=passes, thoughts=states)
+    return LatentPasses(inputs_embeds=embeds, logits=final, start=start, passes=passes, thoughts=states, cache=past)
 
 
 def generation_inputs(model: Any, tokenizer: Any, input_ids: Any, attention_mask: Any) -> dict[str, Any] | None:
-    """``model.generate`` keywords for a left-padded batch whose prompts hold ``<thought>`` placeholders:
-    ``inputs_embeds`` with the thoughts filled (and the position ids the passes used). None when the
-    tokenizer has no such token or no prompt holds one: the caller generates from ``input_ids`` as usual."""
+    """``model.generate`` keywords for a left-padded batch whose prompts hold ``<thought>`` placeholders: the
+    ``input_ids`` and ``past_key_values``, the cache of every prompt column but the last computed with the
+    thoughts filled in, so ``generate`` runs the last prompt token and decodes on from there (any causal LM
+    whose ``generate`` takes a cache; no ``inputs_embeds`` support needed). None when the tokenizer has no
+    such token or no prompt holds one: the caller generates from ``input_ids`` as usual."""
     import torch
 
     tid = thought_id(tokenizer)
     if tid is None or not bool((input_ids == tid).any()):
         return None
+    if bool((input_ids[:, -1] == tid).any()):
+        raise ConfigError("a prompt ends in a <thought>: the thoughts must be closed (<eot>) inside the prompt")
     with torch.inference_mode():
-        passes = latent_forward(model, input_ids, attention_mask, tid, cache=True, logits=False)
+        passes = latent_forward(model, input_ids[:, :-1], attention_mask[:, :-1], tid, cache=True, logits=False)
     log.debug("latent generation: %d thought pass(es) for a batch of %d", passes.passes, input_ids.shape[0])
-    return {"inputs_embeds": passes.inputs_embeds}
+    return {"input_ids": input_ids, "past_key_values": passes.cache}
 
 
 def require_latent_backend(method: Any, backend: Any) -> None:
