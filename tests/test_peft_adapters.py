@@ -250,3 +250,20 @@ def test_vllm_merges_an_adapter_that_trains_token_rows_once(run, fake_vllm, tmp_
     stamp = (merged / "config.json").stat().st_mtime_ns
     assert VLLMBackend(str(run)).llm.kwargs["model"] == str(merged)  # reused, not merged again
     assert (merged / "config.json").stat().st_mtime_ns == stamp
+
+
+def test_an_adapter_without_the_new_rows_keeps_the_embedding_or_is_refused(tiny, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from anchored_reasoning.train.pipelines import ar
+
+    out = ar.run("tiny_test", [*LORA, "training.max_steps=1", "peft.train_new_tokens=false", f"model.name={tiny}",
+                               f"output_dir={tmp_path / 'run'}"])
+    assert not json.loads((out / "adapter_config.json").read_text()).get("trainable_token_indices")
+    weights = load_file(str(out / "adapter_model.safetensors"))
+    assert any("embed_tokens" in k for k in weights)  # PEFT kept the resized embedding: the rows come back
+    adapters.load_causal_lm(out)
+    save_file({k: v for k, v in weights.items() if "embed_tokens" not in k and "lm_head" not in k},
+              str(out / "adapter_model.safetensors"))
+    with pytest.raises(ConfigError, match=r"holds no trained row for ids \[400, 401.*peft\.train_new_tokens=true"):
+        adapters.load_causal_lm(out)
