@@ -122,6 +122,19 @@ def check_target_modules(model: Any, target_modules: Any) -> None:
                           "(or use 'all-linear')")
 
 
+def token_indices(model: Any, ids: Sequence[int]) -> dict[str, list[int]] | None:
+    """``trainable_token_indices`` for ``ids``: the input embedding's module name -> ids, and the head's when it
+    is not tied to the embedding (a tied head follows the embedding's rows). None without ids."""
+    if not ids:
+        return None
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    out = {_module_name(model, embed): list(ids)}
+    if head is not None and head.weight.data_ptr() != embed.weight.data_ptr():
+        out[_module_name(model, head)] = list(ids)
+    logger.info("LoRA: %d new token rows train (%s)", len(ids), ", ".join(out))
+    return out
+
+
 def lora_config(section: Mapping[str, Any] | None, model: Any, tokenizer: Any, added_tokens: Sequence[str] = ()):
     """The ``peft.LoraConfig`` for ``model`` (None without a section). The format's new tokens train through
     ``trainable_token_indices`` on the input embedding and, when the head is not tied to it, on the head."""
@@ -133,15 +146,7 @@ def lora_config(section: Mapping[str, Any] | None, model: Any, tokenizer: Any, a
 
     check_target_modules(model, cfg["target_modules"])
     target = cfg["target_modules"]
-    trainable = None
-    ids = new_token_ids(tokenizer, added_tokens) if cfg["train_new_tokens"] else []
-    if ids:
-        embed = model.get_input_embeddings()
-        head = model.get_output_embeddings()
-        trainable = {_module_name(model, embed): ids}
-        if head is not None and head.weight.data_ptr() != embed.weight.data_ptr():
-            trainable[_module_name(model, head)] = ids
-        logger.info("LoRA: %d new token rows train (%s)", len(ids), ", ".join(trainable))
+    trainable = token_indices(model, new_token_ids(tokenizer, added_tokens)) if cfg["train_new_tokens"] else None
     return LoraConfig(r=int(cfg["r"]), lora_alpha=cfg["lora_alpha"], lora_dropout=float(cfg["lora_dropout"]),
                       target_modules=target if isinstance(target, str) else list(target), task_type="CAUSAL_LM",
                       modules_to_save=list(cfg["modules_to_save"]) if cfg["modules_to_save"] else None,
@@ -162,8 +167,7 @@ def with_new_tokens(peft_config: Any, model: Any, tokenizer: Any, added_tokens: 
     current = peft_config.trainable_token_indices
     if not ids or (isinstance(current, Mapping) and embed_name in current) or isinstance(current, list):
         return peft_config
-    built = lora_config({"train_new_tokens": True, "target_modules": "all-linear"}, model, tokenizer, added_tokens)
-    peft_config.trainable_token_indices = {**dict(current or {}), **built.trainable_token_indices}
+    peft_config.trainable_token_indices = {**dict(current or {}), **token_indices(model, ids)}
     return peft_config
 
 
