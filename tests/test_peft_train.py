@@ -80,6 +80,14 @@ def test_qlora_is_refused_before_any_data_loads(tmp_path, monkeypatch):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_lora_without_the_peft_package_names_the_extra(monkeypatch):
+    real = peft_setup.importlib.util.find_spec
+    monkeypatch.setattr(peft_setup.importlib.util, "find_spec", lambda n: None if n == "peft" else real(n))
+    with pytest.raises(ConfigError, match=r"needs the peft package: pip install 'anchored-reasoning\[peft\]'"):
+        peft_setup.check_runtime({"r": 8})
+    peft_setup.check_runtime(None)  # no section: a full fine-tune needs nothing
+
+
 def test_a_target_module_the_model_lacks_is_refused_before_training(tiny, tmp_path, monkeypatch):
     from transformers import Trainer
 
