@@ -278,3 +278,26 @@ def test_training_walks_the_stages_resets_the_optimizer_and_saves_the_format(gpt
     assert passes[0] == 1 and passes[-1] == 3  # stage 0: one pass; the last stage: 2 thoughts + 1
     meta = json.loads((tmp_path / "anchored_reasoning.json").read_text())
     assert meta["method"] == "coconut" and meta["method_options"]["stage"] == 3
+
+
+def test_a_recipe_trains_coconut_with_its_trainer_and_the_checkpoint_evaluates_through_hf(tmp_path):
+    """The recipe path (``anchored-reasoning train``) picks CoconutSFTTrainer for method coconut, validates with
+    latent generation, and the saved checkpoint is prompted in its format by the evaluation runner."""
+    import json
+
+    from anchored_reasoning.backends.hf import HFBackend
+    from anchored_reasoning.eval.runner import run_eval
+    from anchored_reasoning.generators import generate
+    from anchored_reasoning.train.pipelines import ar
+
+    out = ar.run("tiny_test", [f"output_dir={tmp_path / 'run'}", "method.name=coconut",
+                               "method.options={max_latent_stage: 2}", "training.max_steps=8",
+                               "training.stage_fraction=0.2"])
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["final_stage"] == 3 and summary["optimizer_resets"] == 3
+    assert [h["latent_passes"] for h in summary["log_history"] if "latent_passes" in h][-1] == 3
+    assert json.loads((out / "anchored_reasoning.json").read_text())["method"] == "coconut"
+    backend = HFBackend(str(out), batch_size=4)
+    ex = generate("prosqa", 3, seed=9, num_nodes=6, min_hops=1, max_hops=2, neg_depth="any")
+    result = run_eval("prosqa", backend, None, out_dir=tmp_path / "eval", examples=ex, max_new_tokens=8, progress=False)
+    assert result["accuracy"]["n"] == 3
