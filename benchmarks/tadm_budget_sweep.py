@@ -194,7 +194,8 @@ def train(args, tok, max_len: int):
     return model, budget
 
 
-def sweep(args) -> dict[str, Any]:
+def sweep(args, save=None) -> dict[str, Any]:
+    """The sweep's JSON body; ``save(body)`` (if given) gets the body so far after each budget."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from anchored_reasoning.models.zoo import resolve_model
@@ -211,6 +212,29 @@ def sweep(args) -> dict[str, Any]:
     gold = score_rows(held[:, 1:], tok, judge)
     prompts = torch.full((args.samples, 1), tok.eos_token_id)
     results: dict[str, Any] = {}
+
+    def body() -> dict[str, Any]:
+        return {
+            "setup": {
+                "corpus": "generated small ProsQA documents (7 nodes, 1-2 hops), EOS-separated, packed into "
+                          f"{args.length}-token sequences after a leading EOS; logic-gpt2's tokenizer",
+                "model": f"TADM width {args.hidden}, S 1 + A 2 + D 1 blocks, fusion_variant=published, anchor_bottleneck=hidden "
+                         "(gamma = 0)",
+                "training": f"T-ANELBO, K ~ {{1,2,4,8}}, age ~ U{{0..K-1}}, T ~ {{128..4096}}, t' = min(1, t + age/T); "
+                            f"batch {args.batch} x {args.length}, AdamW lr {args.lr} (20 warm-up steps), no weight decay, seed 0",
+                "sampler": f"ancestral (MDLM), nucleus p = 0.9, temperature 1, one block of {args.length}, {args.samples} "
+                           f"sequences per setting, seed {args.seed}",
+                "valid": "a complete document (between two EOS) whose every sentence parses and whose derivation follows "
+                         "from its facts; intervals: bootstrap over the sequences (2,000 resamples)",
+                "judge": "logic-gpt2 (AR, pretrained on logic text): perplexity of each complete document given EOS",
+                "bound": f"stale-anchor NELBO perplexity bound on {args.bound_sequences} held-out sequences, "
+                         f"{args.bound_t_samples} times each, at the row's T and K",
+                "gold": bootstrap(gold, None), "layer_split": [cfg.shared_layers, cfg.num_hidden_layers, cfg.num_denoiser_layers],
+            },
+            "training": training,
+            "results": results,
+        }
+
     for T in args.budgets:
         rows, ref = {}, None
         for k in args.ks:
@@ -233,26 +257,9 @@ def sweep(args) -> dict[str, Any]:
             r["speedup_over_k1"] = r["tokens_per_second"] / base["tokens_per_second"]
             r["layer_calls_over_k1"] = r["layer_calls_per_sample"] / base["layer_calls_per_sample"]
         results[f"T={T}"] = rows
-    return {
-        "setup": {
-            "corpus": "generated small ProsQA documents (7 nodes, 1-2 hops), EOS-separated, packed into "
-                      f"{args.length}-token sequences after a leading EOS; logic-gpt2's tokenizer",
-            "model": f"TADM width {args.hidden}, S 1 + A 2 + D 1 blocks, fusion_variant=published, anchor_bottleneck=hidden "
-                     "(gamma = 0)",
-            "training": f"T-ANELBO, K ~ {{1,2,4,8}}, age ~ U{{0..K-1}}, T ~ {{128..4096}}, t' = min(1, t + age/T); "
-                        f"batch {args.batch} x {args.length}, AdamW lr {args.lr} (20 warm-up steps), no weight decay, seed 0",
-            "sampler": f"ancestral (MDLM), nucleus p = 0.9, temperature 1, one block of {args.length}, {args.samples} "
-                       f"sequences per setting, seed {args.seed}",
-            "valid": "a complete document (between two EOS) whose every sentence parses and whose derivation follows "
-                     "from its facts; intervals: bootstrap over the sequences (2,000 resamples)",
-            "judge": "logic-gpt2 (AR, pretrained on logic text): perplexity of each complete document given EOS",
-            "bound": f"stale-anchor NELBO perplexity bound on {args.bound_sequences} held-out sequences, "
-                     f"{args.bound_t_samples} times each, at the row's T and K",
-            "gold": bootstrap(gold, None), "layer_split": [cfg.shared_layers, cfg.num_hidden_layers, cfg.num_denoiser_layers],
-        },
-        "training": training,
-        "results": results,
-    }
+        if save is not None:
+            save(body())
+    return body()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -293,11 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.tadm_budget_sweep " + " ".join(argv if argv is not None else sys.argv[1:])
     machine = machine_info(note=args.machine_note)
     t0 = time.monotonic()
-    body = sweep(args)
-    result = {"benchmark": "tadm_budget_sweep", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": {**machine, "load_average_at_end": list(os.getloadavg())},
-              "command": command, **body, "wall_seconds": round(time.monotonic() - t0, 1)}
-    write_result(args.out, result)
+
+    def save(body: dict[str, Any], finished: bool = False) -> None:  # after each budget, so a cut run keeps what it measured
+        write_result(args.out, {
+            "benchmark": "tadm_budget_sweep", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": {**machine, "load_average_at_end": list(os.getloadavg())}, "command": command, **body,
+            "finished": finished, "wall_seconds": round(time.monotonic() - t0, 1)})
+
+    save(sweep(args, save), finished=True)
     return 0
 
 

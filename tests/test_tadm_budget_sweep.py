@@ -54,7 +54,7 @@ def test_a_tiny_run_writes_the_sweep(tmp_path):
               "--ks", "1", "4", "--bound-sequences", "2", "--bound-t-samples", "1"])
     d = json.loads(out.read_text())
     rows = d["results"]["T=8"]
-    assert set(rows) == {"1", "4"} and d["training"]["steps"] == 2
+    assert set(rows) == {"1", "4"} and d["training"]["steps"] == 2 and d["finished"] is True
     assert rows["1"]["nfe"] == rows["4"]["nfe"] == 8
     assert rows["4"]["layer_calls_per_sample"] == 8 * 2 + 2 * 2 < rows["1"]["layer_calls_per_sample"] == 8 * 4
     assert rows["4"]["anchor_refresh_fraction"] == pytest.approx(0.25)
