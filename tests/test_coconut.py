@@ -74,7 +74,8 @@ def test_padding_to_the_maximum_and_pause_as_thought():
     padded = get_method("coconut", style="trained", max_latent_stage=3)
     unpadded = get_method("coconut", style="trained", max_latent_stage=3, pad_latent_to_max=False)
     assert padded.render(short, "prosqa").prompt.count(THOUGHT) == 3
-    assert unpadded.render(short, "prosqa").prompt.count(THOUGHT) == 1
+    assert unpadded.render(short, "prosqa").prompt.count(THOUGHT) == 1  # the last stage: as many as its steps
+    assert unpadded.render_at(short, "prosqa", 2).prompt.count(THOUGHT) == 2  # stage 2 trains 2, as Coconut does
     pause = get_method("coconut", style="trained", max_latent_stage=3, thought="pause")
     assert not pause.latent and pause.render(short, "prosqa").prompt.count("[PAUSE]") == 3
     assert THOUGHT not in pause.render(short, "prosqa").prompt
@@ -142,7 +143,7 @@ def coconut_batch(gpt2, stage: int, pad: bool):
     return method, collator, rows, collator(rows)
 
 
-@pytest.mark.parametrize("stage, pad", [(2, True), (3, False), (4, True), (0, True)])
+@pytest.mark.parametrize("stage, pad", [(2, True), (3, False), (4, False), (4, True), (0, True)])
 def test_trainer_loss_and_thoughts_equal_the_plain_n_plus_one_pass_computation(gpt2, tmp_path, stage, pad):
     model, tok = gpt2
     model.eval()

@@ -8,8 +8,8 @@ The layout, in the library's trained format (``methods/anchored.py``)::
 
 At curriculum stage ``s`` (``0 .. max_latent_stage + 1``) the first ``s`` reasoning steps are replaced by
 ``n = s`` groups of ``c`` thoughts; the stage after ``max_latent_stage`` drops every step and keeps
-``max_latent_stage`` groups. ``pad_latent_to_max`` (Coconut's ProsQA setting) keeps ``n = min(s,
-max_latent_stage)`` even for a trace with fewer steps; without it ``n`` is also capped at the trace's steps.
+``max_latent_stage`` groups -- or, without ``pad_latent_to_max`` (Coconut's ProsQA setting has it on), as
+many as the trace has steps, up to ``max_latent_stage``.
 Stage 0 is CoT with an empty ``<bot><eot>`` pair.
 
 A ``<thought>`` token is a placeholder: the trainer (``train/trainers/coconut_trainer.py``) and the HF
@@ -102,10 +102,14 @@ class Coconut(TrainedMethod):
         return self.max_latent_stage
 
     def thought_groups(self, n_steps: int, stage: int | None = None) -> int:
-        """How many groups of ``c`` thoughts the prompt of ``stage`` holds for a trace of ``n_steps`` steps."""
+        """How many groups of ``c`` thoughts the prompt of ``stage`` holds for a trace of ``n_steps`` steps: ``s``
+        at a stage ``s <= max_latent_stage`` (as Coconut trains, whatever the trace's length); at the last stage
+        (the one evaluation prompts with) ``max_latent_stage``, or without ``pad_latent_to_max`` at most the
+        trace's steps."""
         s = self.stage if stage is None else stage
-        cap = self.max_latent_stage if self.pad_latent_to_max else min(self.max_latent_stage, n_steps)
-        return min(s, cap)
+        if s <= self.max_latent_stage:
+            return s
+        return self.max_latent_stage if self.pad_latent_to_max else min(self.max_latent_stage, n_steps)
 
     def num_removed(self, n_steps: int, stage: int | None = None) -> int:
         s = self.stage if stage is None else stage
