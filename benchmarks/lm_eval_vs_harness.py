@@ -196,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
+    ap.add_argument("--one-chunk", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the library with every problem in one chunk (library_one_chunk)")
     ap.add_argument("--work", default=None, help="folder for the library's run files (default: a temporary one)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "lm_eval_vs_harness.json"))
     args = ap.parse_args(argv)
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = getattr(backend, "tokenizer", None) or lm.tokenizer
     work = Path(args.work or tempfile.mkdtemp(prefix="lm_eval_vs_harness-"))
     sides = {"library": args.batch_size, "library_one_chunk": len(examples)}
-    if args.engine == "vllm":
+    if args.engine == "vllm" or not args.one_chunk:
         sides = {"library": args.batch_size}  # vLLM schedules every prompt it is given: chunking changes little
     names = [*sides, "lm_eval"]
 
