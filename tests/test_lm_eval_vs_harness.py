@@ -17,7 +17,8 @@ ROWS = [("Tom has 3 apples and buys 4 more. How many apples does he have?", "3+4
         ("Sara reads 5 pages a day for 6 days. How many pages?", "5*6=<<5*6=30>>30\n#### 30")]
 
 
-def test_dry_run_writes_both_sides(tmp_path, monkeypatch):
+@pytest.mark.parametrize("one_chunk", [True, False])
+def test_dry_run_writes_both_sides(tmp_path, monkeypatch, one_chunk):
     data = tmp_path / "data" / "gsm8k"
     data.mkdir(parents=True)
     (data / "test.jsonl").write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in ROWS))
@@ -26,12 +27,14 @@ def test_dry_run_writes_both_sides(tmp_path, monkeypatch):
     out = tmp_path / "result.json"
     assert lm_eval_vs_harness.main(["--model", str(model), "--problems", "3", "--max-new-tokens", "4",
                                     "--batch-size", "2", "--repeats", "2", "--threads", "1",
-                                    "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+                                    "--work", str(tmp_path / "work"), "--out", str(out)]
+                                   + ([] if one_chunk else ["--no-one-chunk"])) == 0
     result = json.loads(out.read_text())
     assert result["same_prompt_text"] == "3/3"  # lm-eval built the prompts the library sends
-    assert set(result["runs"]) == {"library", "library_one_chunk", "lm_eval"}
+    libraries = ["library", "library_one_chunk"] if one_chunk else ["library"]
+    assert set(result["runs"]) == {*libraries, "lm_eval"}
     assert all(len(r) == 2 and all(x["text_tokens"] > 0 for x in r) for r in result["runs"].values())
-    assert result["identical_texts_vs_lm_eval"] == {"library": "3/3", "library_one_chunk": "3/3"}
+    assert result["identical_texts_vs_lm_eval"] == {side: "3/3" for side in libraries}
     assert result["lm_eval_metric_reproduced"] == {"strict-match": True, "flexible-extract": True}
     for side in ("library", "lm_eval"):
         grading = result["grading"][side]
