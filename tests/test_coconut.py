@@ -302,3 +302,27 @@ def test_a_recipe_trains_coconut_with_its_trainer_and_the_checkpoint_evaluates_t
     ex = generate("prosqa", 3, seed=9, num_nodes=6, min_hops=1, max_hops=2, neg_depth="any")
     result = run_eval("prosqa", backend, None, out_dir=tmp_path / "eval", examples=ex, max_new_tokens=8, progress=False)
     assert result["accuracy"]["n"] == 3
+
+
+def test_a_token_shift_backbone_gets_its_shifted_embeddings_in_the_latent_passes():
+    """The shipped logic backbones add a token shift to their input embeddings (models/shift.py): the latent
+    passes feed the same vectors the model computes from ids (no thought: the model's own logits), and with
+    thoughts equal a plain n + 1-pass computation on the shifted embeddings."""
+    from anchored_reasoning.models.shift import ShiftGPT2Config, ShiftGPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = ShiftGPT2LMHeadModel(ShiftGPT2Config(token_shift=2, vocab_size=40, n_positions=64, n_embd=16, n_layer=2,
+                                                 n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    for lin in model.shift_proj:
+        torch.nn.init.normal_(lin.weight, std=0.3)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(latent_forward(model, ids, mask, thought=39).logits, plain)
+        thought = torch.tensor([[5, 6, 39, 39, 8, 9]])
+        got = latent_forward(model, thought, mask, thought=39)
+        embeds = model.shifted_embeddings(thought, attention_mask=mask).clone()
+        for p in (2, 3):  # a plain n + 1-pass reference on the shifted embeddings
+            embeds[0, p] = model(inputs_embeds=embeds, output_hidden_states=True).hidden_states[-1][0, p - 1]
+        torch.testing.assert_close(got.logits[0, -1], model(inputs_embeds=embeds).logits[0, -1], rtol=1e-5, atol=1e-5)

@@ -65,6 +65,17 @@ def _last_hidden(outputs: Any) -> Any:
     return hidden[-1]
 
 
+def input_embeddings(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+    """The vectors ``model`` feeds its first layer for ``input_ids``: the token embeddings, or for a model with
+    a token shift (``models/shift.py``: each embedding adds projections of the few before it) the shifted ones.
+    A thought then replaces its position's whole input vector, and a later position's shift reads the
+    ``<thought>`` token's embedding there, as a cached ``generate`` (which sees token ids) does."""
+    shifted = getattr(model, "shifted_embeddings", None)
+    if shifted is not None:
+        return shifted(input_ids, attention_mask=attention_mask)
+    return model.get_input_embeddings()(input_ids)
+
+
 def latent_forward(model: Any, input_ids: Any, attention_mask: Any, thought: int, *, cache: bool = True,
                    logits: bool = True) -> LatentPasses:
     """Run ``model`` over ``input_ids`` with each ``thought`` token's embedding replaced by the last hidden
@@ -73,8 +84,7 @@ def latent_forward(model: Any, input_ids: Any, attention_mask: Any, thought: int
     :class:`ConfigError` for a thought in column 0."""
     import torch
 
-    embed = model.get_input_embeddings()
-    embeds = embed(input_ids)
+    embeds = input_embeddings(model, input_ids, attention_mask)
     positions = position_ids_of(attention_mask)
     is_thought = input_ids == thought
     columns = sorted(set(torch.nonzero(is_thought.any(0)).flatten().tolist()))
