@@ -326,3 +326,39 @@ def test_a_token_shift_backbone_gets_its_shifted_embeddings_in_the_latent_passes
         for p in (2, 3):  # a plain n + 1-pass reference on the shifted embeddings
             embeds[0, p] = model(inputs_embeds=embeds, output_hidden_states=True).hidden_states[-1][0, p - 1]
         torch.testing.assert_close(got.logits[0, -1], model(inputs_embeds=embeds).logits[0, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_hf_backend_latent_generation_on_a_token_shift_backbone_matches_a_plain_loop(gpt2):
+    """Cached generate after the latent prefill reads thought positions through the shift as token ids (the
+    <thought> embedding), exactly as the passes do: the same text as recomputing everything per token."""
+    from anchored_reasoning.backends.hf import HFBackend
+    from anchored_reasoning.models.shift import ShiftGPT2Config, ShiftGPT2LMHeadModel
+    from anchored_reasoning.types import SamplingSpec
+
+    _, tok = gpt2
+    torch.manual_seed(1)
+    model = ShiftGPT2LMHeadModel(ShiftGPT2Config(token_shift=3, vocab_size=len(tok), n_positions=256, n_embd=32,
+                                                 n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                                 initializer_range=0.2, eos_token_id=tok.eos_token_id,
+                                                 pad_token_id=tok.pad_token_id)).eval()
+    for lin in model.shift_proj:
+        torch.nn.init.normal_(lin.weight, std=0.2)
+    tid = thought_id(tok)
+    method = get_method("coconut", style="trained", max_latent_stage=2)
+    prompts = [method.prompt(example(i, hops=2), "prosqa") for i in range(2)]
+    got = [c[0].text for c in HFBackend.from_loaded(model, tok, batch_size=2).generate(
+        prompts, SamplingSpec(max_new_tokens=5, temperature=0.0))]
+    for prompt, text in zip(prompts, got):
+        ids = tok(prompt.text)["input_ids"]
+        new = []
+        with torch.no_grad():
+            for _ in range(5):
+                x = torch.tensor([ids + new])
+                embeds = model.shifted_embeddings(x, attention_mask=torch.ones_like(x)).clone()
+                for p in [i for i, t in enumerate(ids) if t == tid]:
+                    embeds[0, p] = model(inputs_embeds=embeds, output_hidden_states=True).hidden_states[-1][0, p - 1]
+                nxt = int(model(inputs_embeds=embeds).logits[0, -1].argmax())
+                if nxt == tok.eos_token_id:
+                    break
+                new.append(nxt)
+        assert text == tok.decode([t for t in new if t != tok.pad_token_id], skip_special_tokens=False)
