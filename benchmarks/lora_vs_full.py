@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work-dir", default="runs/lora_vs_full")
     p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--n-eval", type=int, default=160, help="held-out problems, half at 1 hop, half at 2")
+    p.add_argument("--n-eval", type=int, default=120, help="held-out problems, half at 1 hop, half at 2")
     p.add_argument("--lr", type=float, default=5e-5, help="full fine-tuning's learning rate (LoRA: 10x)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--no-train", action="store_true")
