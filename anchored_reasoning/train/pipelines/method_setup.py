@@ -115,7 +115,7 @@ def preflight(config: Any, method: Any, examples: Sequence[Any], task: str | Non
     if config.curriculum:
         curriculum_plan_for(config, method, len(examples))
     if hasattr(method, "render_at"):  # coconut: stages that fit the traces
-        from anchored_reasoning.train.trainers.coconut_trainer import check_coconut_fits
+        from anchored_reasoning.train.data.coconut_data import check_coconut_fits
 
         check_coconut_fits(method, examples, task)
 
@@ -126,7 +126,7 @@ def anchored_collator(config: Any, tokenizer: Any, method: Any, task: str | None
     from anchored_reasoning.train.data.collate import AnchoredCollator
 
     if hasattr(method, "render_at"):  # coconut: stage draws per row, <eot> aligned
-        from anchored_reasoning.train.trainers.coconut_trainer import CoconutCollator
+        from anchored_reasoning.train.data.coconut_data import CoconutCollator
 
         return CoconutCollator(tokenizer, method, task=task, max_length=config.max_length,
                                keep_rows=bool(config.curriculum), seed=int(config.seed))
