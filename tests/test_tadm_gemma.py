@@ -90,6 +90,8 @@ def test_recipes_dry_run(recipe, capsys):
             (1.5e-4, 0.95, 0.99, 1e-4, 100)
         assert t["rollout_choices"] == [0, 1, 2] and t["rollout_probs"] == [0.34, 0.33, 0.33]
         assert t["self_conditioning_prob"] == 0.5 and shown["model"]["split"] == [2, 20, 8]
+        m = shown["model"]
+        assert (m["fusion_kind"], m["fusion_dim"], m["fusion_heads"]) == ("paired", 256, 4)  # appendix C.1
 
 
 @pytest.mark.parametrize("override, message", [

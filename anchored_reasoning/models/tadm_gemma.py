@@ -1,4 +1,4 @@
-"""TADM:Post-train on a frozen DiffusionGemma: an attention fusion of the current state with a cached
+"""TADM:Post-train on a frozen DiffusionGemma: a fusion of the current state with a cached
 anchor state, and sampling that runs the anchor network only every K denoising steps
 (design: ../shared/PAPERS.md section 3; arXiv 2609.37924, section 6.1).
 
@@ -8,17 +8,16 @@ the paper: 2 / 20 / 8 of 30)::
     canvas z, self-cond. --embed--> S (shared layers, every step) --c------------------------+
                                       |                                                      |
                                       +--> A (anchor layers, every K steps) --> h (cached)   |
-                                                                                |            v
-                                                  h~ = Phi(c, h) = h + o_proj(Attn(q(c); k, v([c; h])))
+                                      +--> c0 = c at that step (cached)         |            v
+                                                  h~ = Phi(c, h, c0)
                                                   D (denoiser layers, norm, LM head) --> logits
 
-:class:`AnchorFusion` (Phi) is the only part that trains. Its queries come from the RMS-normed current
-state, keys and values from the RMS-normed current and anchor states concatenated, with rotary positions
-over the canvas, so a position can read the anchor state where the canvas changed around it. The output
-projection starts at zero: an untrained Phi returns ``h`` unchanged, and with a fresh anchor (K = 1) the
-result is the base model's logits bit for bit. Phi runs at every step, refresh steps included (training
-sees cache ages 0, 1, 2), so K = 1 costs the base model plus Phi. Without a fusion (``fusion=None``)
-``h~ = h``: naive stale reuse, the baseline TADM improves on.
+The fusion Phi (:mod:`anchored_reasoning.models.tadm_fusion`, two kinds: ``attention``, the library's
+cross-attention, and ``paired``, the paper's paired attention) is the only part that trains. Both start
+as the identity on ``h``, so an untrained Phi at a fresh anchor (K = 1) gives the base model's logits bit
+for bit; the paired kind keeps that after training (its correction is zero when ``c == c0``). Phi runs
+at every step, refresh steps included (training sees cache ages 0, 1, 2), so K = 1 costs the base model
+plus Phi. Without a fusion (``fusion=None``) ``h~ = h``: naive stale reuse, the baseline TADM improves on.
 
 :class:`TADMDiffusionGemma` samples through the model's own ``generate`` (its block loop, canvas,
 acceptance, renoising and self-conditioning untouched): for the call it replaces the model's ``forward``
@@ -45,10 +44,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import nn
-from transformers import PretrainedConfig, PreTrainedModel
-from transformers import initialization as init
 
 from anchored_reasoning.errors import ConfigError
 from anchored_reasoning.models.diffusion_gemma import (
@@ -58,101 +53,17 @@ from anchored_reasoning.models.diffusion_gemma import (
     decoder_layers,
     num_decoder_layers,
 )
+from anchored_reasoning.models.tadm_fusion import (
+    AnchorFusion,
+    AnchorFusionConfig,
+    PairedAnchorFusion,
+    fusion_parameters,
+    load_fusion,
+    make_fusion,
+)
 from anchored_reasoning.sampling.cache import check_refresh_below, next_decision_is_hard
 
 logger = logging.getLogger(__name__)
-
-
-class AnchorFusionConfig(PretrainedConfig):
-    """Phi's sizes, and the split and base checkpoint it was trained for.
-
-    ``fusion_dim`` r is the attention width (``num_heads`` heads of r / heads, even); the parameters are
-    ``6 * hidden_size * r + 2 * hidden_size``. ``base_model`` names the DiffusionGemma the fusion belongs to."""
-
-    model_type = "diffusion_gemma_anchor_fusion"
-
-    def __init__(self, hidden_size: int = 64, fusion_dim: int = 192, num_heads: int = 3, rms_norm_eps: float = 1e-6,
-                 rope_theta: float = 10000.0, initializer_range: float = 0.02, shared_layers: int = 1,
-                 anchor_layers: int = 1, denoiser_layers: int = 1, base_model: str | None = None, **kwargs: Any):
-        self.hidden_size, self.fusion_dim, self.num_heads = int(hidden_size), int(fusion_dim), int(num_heads)
-        self.rms_norm_eps, self.rope_theta, self.initializer_range = float(rms_norm_eps), float(rope_theta), float(initializer_range)
-        self.shared_layers, self.anchor_layers, self.denoiser_layers = int(shared_layers), int(anchor_layers), int(denoiser_layers)
-        self.base_model = base_model
-        super().__init__(**kwargs)
-
-    @property
-    def split(self) -> LayerSplit:
-        return LayerSplit(self.shared_layers, self.anchor_layers, self.denoiser_layers)
-
-
-def _rotate(x: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary position embedding over axis -2 (canvas positions 0..L-1) of ``x`` (B, H, L, d), d even."""
-    d, length = x.shape[-1], x.shape[-2]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    ang = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-
-
-class AnchorFusion(PreTrainedModel):
-    """Phi(c, h) = h + o_proj(MultiHeadAttention(q = W_q n(c), k = W_k [n(c); n(h)], v = W_v [n(c); n(h)])),
-    ``n`` an RMSNorm per input, attention over the canvas positions with rotary positions; ``o_proj``
-    starts at zero. Inputs are cast to Phi's dtype, the result back to ``h``'s."""
-
-    config_class = AnchorFusionConfig
-    base_model_prefix = "fusion"
-    main_input_name = "current"
-
-    def __init__(self, config: AnchorFusionConfig):
-        super().__init__(config)
-        d, r, heads = config.hidden_size, config.fusion_dim, config.num_heads
-        if heads < 1 or r % heads or (r // heads) % 2:
-            raise ConfigError(f"fusion_dim={r} must split into num_heads={heads} heads of an even width")
-        self.norm_current = nn.RMSNorm(d, eps=config.rms_norm_eps)
-        self.norm_anchor = nn.RMSNorm(d, eps=config.rms_norm_eps)
-        self.q_proj = nn.Linear(d, r, bias=False)
-        self.k_proj = nn.Linear(2 * d, r, bias=False)
-        self.v_proj = nn.Linear(2 * d, r, bias=False)
-        self.o_proj = nn.Linear(r, d, bias=False)
-        self.post_init()
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module) -> None:
-        if module is self.o_proj:
-            init.zeros_(module.weight)  # Phi(c, h) == h until training moves it
-        elif isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
-        elif isinstance(module, nn.RMSNorm):
-            init.ones_(module.weight)
-
-    def forward(self, current: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
-        dtype = self.q_proj.weight.dtype
-        b, length, _ = current.shape
-        heads = self.config.num_heads
-        c, h = self.norm_current(current.to(dtype)), self.norm_anchor(anchor.to(dtype))
-        both = torch.cat([c, h], dim=-1)
-
-        def split_heads(x):
-            return x.view(b, length, heads, -1).transpose(1, 2)
-
-        q = _rotate(split_heads(self.q_proj(c)), self.config.rope_theta)
-        k = _rotate(split_heads(self.k_proj(both)), self.config.rope_theta)
-        v = split_heads(self.v_proj(both))
-        att = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, length, -1)
-        return anchor + self.o_proj(att).to(anchor.dtype)
-
-    @classmethod
-    def for_model(cls, model: Any, split: LayerSplit, *, fusion_dim: int = 192, num_heads: int = 3,
-                  base_model: str | None = None, seed: int | None = None) -> "AnchorFusion":
-        """A new (zero-output) fusion sized for a DiffusionGemma ``model`` and ``split``, in float32."""
-        text = model.config.get_text_config()
-        config = AnchorFusionConfig(hidden_size=text.hidden_size, fusion_dim=fusion_dim, num_heads=num_heads,
-                                    rms_norm_eps=text.rms_norm_eps, shared_layers=split.shared, anchor_layers=split.anchor,
-                                    denoiser_layers=split.denoiser, base_model=base_model)
-        if seed is not None:
-            torch.manual_seed(seed)
-        return cls(config)
 
 
 @dataclass
@@ -201,6 +112,7 @@ class TADMDiffusionGemma:
         self.model, self.fusion, self.refresh_every = model, fusion, anchor_refresh_every
         self.counters = CallCounters()
         self._anchor: torch.Tensor | None = None
+        self._anchor_current: torch.Tensor | None = None  # C0: S's output at the refresh step (the paired fusion)
         self._age = 0
         self._canvas_start: int | None = None
 
@@ -216,10 +128,12 @@ class TADMDiffusionGemma:
         lo, hi = self.split.anchor_range
         return decoder_layers(self.model, current, lo, hi, step)
 
-    def denoise(self, current: torch.Tensor, anchor: torch.Tensor, step: Any, fuse: bool = True) -> torch.Tensor:
+    def denoise(self, current: torch.Tensor, anchor: torch.Tensor, step: Any, fuse: bool = True,
+                anchor_current: torch.Tensor | None = None) -> torch.Tensor:
         """Logits from the current state and an (possibly stale) anchor state: D(Phi(c, h)), or D(h)
-        without a fusion or with ``fuse=False``."""
-        fused = self.fusion(current, anchor) if (fuse and self.fusion is not None) else anchor
+        without a fusion or with ``fuse=False``. ``anchor_current``: S's output at the step that computed
+        the anchor (C0; the paired fusion needs it)."""
+        fused = self.fusion(current, anchor, anchor_current) if (fuse and self.fusion is not None) else anchor
         hidden = decoder_layers(self.model, fused, self.split.anchor_range[1], num_decoder_layers(self.model), step)
         return decoder_head(self.model, hidden)
 
@@ -252,11 +166,11 @@ class TADMDiffusionGemma:
             refresh = True
             c.confidence_refreshes += 1
         if refresh:
-            self._anchor, self._age = self.anchor(current, step), 0
+            self._anchor, self._anchor_current, self._age = self.anchor(current, step), current, 0
             c.anchor_refreshes += 1
             c.anchor_layer_calls += self.split.anchor
             c.decoder_layer_calls += self.split.anchor
-        logits = self.denoise(current, self._anchor, step)
+        logits = self.denoise(current, self._anchor, step, anchor_current=self._anchor_current)
         self._age += 1
         c.nfe += 1
         c.fusion_calls += int(self.fusion is not None)
@@ -270,13 +184,13 @@ class TADMDiffusionGemma:
         model = self.model
         if "forward" in vars(model):
             raise ConfigError("the model's forward is already replaced (a cached sampling inside another)")
-        self.counters, self._anchor, self._age, self._canvas_start = CallCounters(), None, 0, None
+        self.counters, self._anchor, self._anchor_current, self._age, self._canvas_start = CallCounters(), None, None, 0, None
         model.forward = self._cached_forward
         try:
             yield self
         finally:
             del model.forward
-            self._anchor = None
+            self._anchor = self._anchor_current = None
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, **kwargs: Any):
@@ -289,14 +203,10 @@ class TADMDiffusionGemma:
     def describe(self) -> dict[str, Any]:
         return {"split": asdict(self.split), "anchor_refresh_every": self.refresh_every,
                 "anchor_refresh_below": self.refresh_below,
-                "fusion": None if self.fusion is None else {"parameters": fusion_parameters(self.fusion),
+                "fusion": None if self.fusion is None else {"kind": self.fusion.config.fusion_kind,
+                                                             "parameters": fusion_parameters(self.fusion),
                                                              "fusion_dim": self.fusion.config.fusion_dim,
                                                              "num_heads": self.fusion.config.num_heads}}
-
-
-def fusion_parameters(fusion: nn.Module) -> int:
-    """Phi's parameter count (all of them train)."""
-    return sum(p.numel() for p in fusion.parameters())
 
 
 def layer_calls_per_canvas(split: LayerSplit, steps: int, refresh_every: int) -> int:
@@ -304,17 +214,5 @@ def layer_calls_per_canvas(split: LayerSplit, steps: int, refresh_every: int) ->
     return steps * (split.shared + split.denoiser) + math.ceil(steps / refresh_every) * split.anchor
 
 
-def load_fusion(path: str, *, device: str | None = None) -> AnchorFusion:
-    """A trained :class:`AnchorFusion` from a folder written by the ``tadm_gemma`` trainer."""
-    from anchored_reasoning.models.diffusion_gemma import config_model_type
-
-    kind = config_model_type(path)
-    if kind != AnchorFusionConfig.model_type:
-        raise ConfigError(f"{path!r} is a {kind!r} checkpoint, not a TADM fusion ({AnchorFusionConfig.model_type!r}, "
-                          "written by `anchored-reasoning train` with trainer: tadm_gemma)")
-    fusion = AnchorFusion.from_pretrained(str(path)).eval()
-    return fusion.to(device) if device is not None else fusion
-
-
-__all__ = ["AnchorFusion", "AnchorFusionConfig", "CallCounters", "TADMDiffusionGemma", "fusion_parameters",
-           "layer_calls_per_canvas", "load_fusion"]
+__all__ = ["AnchorFusion", "AnchorFusionConfig", "CallCounters", "PairedAnchorFusion", "TADMDiffusionGemma",
+           "fusion_parameters", "layer_calls_per_canvas", "load_fusion", "make_fusion"]

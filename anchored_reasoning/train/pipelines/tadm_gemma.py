@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from anchored_reasoning.errors import ConfigError
+from anchored_reasoning.models.tadm_fusion import check_fusion_kind
 from anchored_reasoning.train.data.tadm_gemma_data import TRAINER, check_recipe
 from anchored_reasoning.train.pipelines.skeleton import Pipeline, Run, execute
 from anchored_reasoning.train.trainers.tadm_gemma_trainer import TADMGemmaConfig, TADMGemmaTrainer
@@ -37,6 +38,7 @@ def resolve_recipe(recipe: Mapping[str, Any] | str, overrides: Sequence[str] = (
     resolved = apply_overrides(loaded, list(overrides))
     validate(resolved, TRAINER)
     check_recipe(resolved, TADMGemmaConfig)
+    check_fusion_kind((resolved.get("model") or {}).get("fusion_kind") or "attention", "recipe key model.fusion_kind")
     make_config(resolved, Path("/nonexistent/dry-run"))  # the trainer config's own value checks
     return resolved
 
@@ -124,7 +126,7 @@ class TADMGemmaPipeline(Pipeline):
     def build(self, run: Run) -> None:
         from datasets import Dataset
 
-        from anchored_reasoning.models.tadm_gemma import AnchorFusion, TADMDiffusionGemma, fusion_parameters
+        from anchored_reasoning.models.tadm_gemma import TADMDiffusionGemma, fusion_parameters, make_fusion
         from anchored_reasoning.train.data.tadm_gemma_data import ContextCanvasCollator, example_rows, text_rows
 
         recipe, config, state = run.recipe, run.config, run.state
@@ -137,16 +139,19 @@ class TADMGemmaPipeline(Pipeline):
         canvas, max_context = int(base.config.canvas_length), int(data.get("max_context", 1024))
         rows = (example_rows(examples, recipe["task"], data["method"], tokenizer, canvas, max_context, seed) if examples
                 else text_rows(texts, tokenizer, canvas, max_context, seed))
-        fusion = AnchorFusion.for_model(base, tadm.split, fusion_dim=int(model_cfg.get("fusion_dim") or 192),
-                                        num_heads=int(model_cfg.get("fusion_heads") or 3), base_model=base_ref, seed=seed)
+        fusion = make_fusion(base, tadm.split, fusion_kind=model_cfg.get("fusion_kind") or "attention",
+                             fusion_dim=int(model_cfg.get("fusion_dim") or 192),
+                             num_heads=int(model_cfg.get("fusion_heads") or 3), base_model=base_ref, seed=seed)
         n_fusion = fusion_parameters(fusion)
-        logger.info("TADM post-training of %s: split %s, fusion %d parameters (the only ones that train); %d rows, "
-                    "ready in %.1fs", base_ref, tadm.split, n_fusion, len(rows), time.monotonic() - t0)
+        logger.info("TADM post-training of %s: split %s, %s fusion %d parameters (the only ones that train); %d rows, "
+                    "ready in %.1fs", base_ref, tadm.split, fusion.config.fusion_kind, n_fusion, len(rows),
+                    time.monotonic() - t0)
         run.trainer = TADMGemmaTrainer(model=fusion, args=config, train_dataset=Dataset.from_list(rows),
                                        data_collator=ContextCanvasCollator(tokenizer.pad_token_id),
                                        callbacks=[run.budget], tadm=tadm)
         run.tokenizer = tokenizer
-        state.update(base=base, base_ref=base_ref, tadm=tadm, n_fusion=n_fusion, rows=len(rows), canvas=canvas)
+        state.update(base=base, base_ref=base_ref, tadm=tadm, n_fusion=n_fusion, fusion_kind=fusion.config.fusion_kind,
+                     rows=len(rows), canvas=canvas)
 
     def finish(self, run: Run) -> dict[str, Any]:
         base, n_fusion, optimizer = run.state["base"], run.state["n_fusion"], run.trainer.optimizer
@@ -164,7 +169,7 @@ class TADMGemmaPipeline(Pipeline):
     def summary(self, run: Run) -> dict[str, Any]:
         state, split = run.state, run.state["tadm"].split
         return {"base_model": state["base_ref"], "split": dataclasses.asdict(split),
-                "fusion_parameters": state["n_fusion"],
+                "fusion_kind": state["fusion_kind"], "fusion_parameters": state["n_fusion"],
                 "base_parameters": sum(p.numel() for p in state["base"].parameters()),
                 "rows": state["rows"], "canvas_length": state["canvas"],
                 "layer_calls_per_step": {"shared": split.shared, "anchor": split.anchor, "denoiser": split.denoiser}}

@@ -230,6 +230,7 @@ class TADMGemmaModel:
     split: Any = None  # [shared, anchor, denoiser] decoder layers
     fusion_dim: Any = None
     fusion_heads: Any = None
+    fusion_kind: Any = None  # attention (default) | paired (the paper's, appendix C.1)
 
 
 @dataclass

@@ -3,7 +3,7 @@
     anchored-reasoning train tadm_gemma_tiny                 # CPU, a random small DiffusionGemma, seconds
     anchored-reasoning train tadm_gemma_posttrain            # google/diffusiongemma-26B-A4B-it on a GPU
 
-Only the attention fusion Phi (:class:`~anchored_reasoning.models.tadm_gemma.AnchorFusion`) trains; the
+Only the fusion Phi (:mod:`~anchored_reasoning.models.tadm_fusion`, either kind) trains; the
 DiffusionGemma stays frozen. One training step, per batch of (context, canvas) rows
 (:mod:`anchored_reasoning.train.data.tadm_gemma_data`):
 
@@ -14,12 +14,12 @@ DiffusionGemma stays frozen. One training step, per batch of (context, canvas) r
    linear schedule;
 3. with probability ``self_conditioning_prob`` per row, the self-conditioning input is the frozen
    model's processed logits on z_t (as from a previous step), else zero;
-4. the anchor h = A(S(z_t)) is computed once and held fixed while the canvas is rolled k reverse steps,
+4. the anchor h = A(S(z_t)) (and c0 = S(z_t), which the paired fusion reads) is computed once and held fixed while the canvas is rolled k reverse steps,
    k in ``rollout_choices`` drawn with ``rollout_probs`` (the paper: {0, 1, 2}, .34/.33/.33): each step
    is the model's own (a sample of D(Phi(c, h)) at the step's temperature, the entropy-bounded
    acceptance and uniform renoising of ``EntropyBoundSampler``, self-conditioning on that step's logits);
 5. loss = ``ce_weight`` CE(student, x) + ``kl_weight`` KL(teacher || student) over the canvas, where
-   the student is D(Phi(S(z_k), h)) with the stale h and the teacher the frozen model on z_k with a
+   the student is D(Phi(S(z_k), h, c0)) with the stale h and the teacher the frozen model on z_k with a
    fresh anchor; gradients reach Phi only.
 
 Settings from the paper are the defaults: AdamW, lr 1.5e-4, betas (0.95, 0.99), weight decay 1e-4, cosine
@@ -155,15 +155,15 @@ def posttrain_loss(tadm: Any, fusion: Any, inputs: Mapping[str, torch.Tensor], c
                             torch.clamp(step + 1, max=cfg.denoising_steps), cfg, temps).to(embed_dtype)
             sc_mask = on
         current, st = tadm.stages(z, cache, self_conditioning_logits=sc, self_conditioning_mask=sc_mask, **kw)
-        anchor = tadm.anchor(current, st)  # held fixed through the rollout
+        anchor, anchor_current = tadm.anchor(current, st), current  # held fixed through the rollout (H0, C0)
         for j in range(k):
-            logits = _processed(tadm.denoise(current, anchor, st), step - j, cfg, temps)
+            logits = _processed(tadm.denoise(current, anchor, st, anchor_current=anchor_current), step - j, cfg, temps)
             proposal = torch.multinomial(torch.softmax(logits, -1, dtype=torch.float32).view(-1, vocab), 1).view(bsz, length)
             z = sampler.renoise_canvas(sampler.accept_canvas(z, proposal, logits, None), None)
             sc, sc_mask = logits.to(embed_dtype), None  # as generate feeds a step's logits to the next
             current, st = tadm.stages(z, cache, self_conditioning_logits=sc, self_conditioning_mask=sc_mask, **kw)
         teacher = tadm.denoise(current, tadm.anchor(current, st), st, fuse=False)
-    hidden = decoder_layers(model, fusion(current, anchor), tadm.split.anchor_range[1], num_decoder_layers(model), st)
+    hidden = decoder_layers(model, fusion(current, anchor, anchor_current), tadm.split.anchor_range[1], num_decoder_layers(model), st)
     student = decoder_head(model, hidden)
     log_s = F.log_softmax(student, -1)
     ce = F.nll_loss(log_s.reshape(-1, vocab), x.reshape(-1))
