@@ -25,7 +25,8 @@ Measured side by side in one process (one thread; the CPU is shared, so ratios, 
   K = 1: the base's numbers through the cached sampler's code), and the decoder layer calls from the counters.
 
 ``--fusion-ce-weight 0`` trains a second fusion on the KL term alone (saved beside the first), to separate what
-the CE term to the data does from what staleness does.
+the CE term to the data does from what staleness does. ``--fusion-kind paired`` trains the paper's paired-attention
+fusion instead (``fusion_paired`` beside the others; 4 heads) -- the committed results used ``attention``.
 """
 from __future__ import annotations
 
@@ -224,7 +225,7 @@ def build_models(args, workdir: Path):
     from datasets import Dataset
 
     from anchored_reasoning.models.diffusion_gemma import load_diffusion_gemma, make_tiny_diffusion_gemma
-    from anchored_reasoning.models.tadm_gemma import AnchorFusion, TADMDiffusionGemma, load_fusion
+    from anchored_reasoning.models.tadm_gemma import TADMDiffusionGemma, load_fusion, make_fusion
     from anchored_reasoning.train.callbacks.curriculum import TimeBudgetCallback
     from anchored_reasoning.train.trainers.tadm_gemma_trainer import TADMGemmaConfig, TADMGemmaTrainer
     from anchored_reasoning.train.data.tadm_gemma_data import ContextCanvasCollator
@@ -232,7 +233,8 @@ def build_models(args, workdir: Path):
     rows = task_rows(args.train_rows, args.words, args.canvas, args.seed)
     info: dict[str, Any] = {}
     base_dir = workdir / "base"
-    fusion_dir = workdir / ("fusion" if args.fusion_ce_weight == 1.0 else f"fusion_ce{args.fusion_ce_weight:g}")
+    fusion_dir = workdir / ("fusion" + ("" if args.fusion_kind == "attention" else f"_{args.fusion_kind}")
+                            + ("" if args.fusion_ce_weight == 1.0 else f"_ce{args.fusion_ce_weight:g}"))
     if not (base_dir / "model.safetensors").is_file():
         make_tiny_diffusion_gemma(base_dir, seed=args.seed, hidden_size=args.hidden, num_layers=args.layers, num_heads=4,
                                   head_dim=32, intermediate_size=2 * args.hidden, canvas_length=args.canvas)
@@ -245,8 +247,9 @@ def build_models(args, workdir: Path):
     model.requires_grad_(False)
     if not (fusion_dir / "model.safetensors").is_file():
         tadm = TADMDiffusionGemma(model)
-        fusion = AnchorFusion.for_model(model, tadm.split, fusion_dim=args.fusion_dim, num_heads=2,
-                                        base_model=str(base_dir.resolve()), seed=args.seed)
+        fusion = make_fusion(model, tadm.split, fusion_kind=args.fusion_kind, fusion_dim=args.fusion_dim,
+                             num_heads=2 if args.fusion_kind == "attention" else 4, base_model=str(base_dir.resolve()),
+                             seed=args.seed)
         cfg = TADMGemmaConfig(output_dir=str(workdir / "fusion_run"), max_steps=100000, max_train_seconds=60 * args.fusion_minutes,
                               per_device_train_batch_size=args.batch, denoising_steps=args.steps, warmup_steps=20,
                               learning_rate=args.fusion_lr, ce_weight=args.fusion_ce_weight, save_strategy="no", logging_steps=50, disable_tqdm=True,
@@ -282,6 +285,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fusion-minutes", type=float, default=5.0)
     p.add_argument("--fusion-lr", type=float, default=1e-3)
     p.add_argument("--fusion-dim", type=int, default=64)
+    p.add_argument("--fusion-kind", choices=("attention", "paired"), default="attention",
+                   help="attention (the committed results'); paired: the paper's paired attention (4 heads)")
     p.add_argument("--fusion-ce-weight", type=float, default=1.0, help="the paper: CE + KL (1.0); 0: KL to the teacher only")
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--seed", type=int, default=0)
