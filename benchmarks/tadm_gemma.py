@@ -115,7 +115,7 @@ class TrajectoryProbe:
 
     def __init__(self, naive, tadm, ks: list[int]):
         self.naive, self.tadm, self.ks = naive, tadm, ks
-        self.cache: dict[int, torch.Tensor] = {}
+        self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.step = 0
         self.kl = {(k, m): 0.0 for k in ks for m in ("naive", "fusion")}
         self.agree = dict.fromkeys(self.kl, 0.0)
@@ -134,9 +134,9 @@ class TrajectoryProbe:
         log_f = F.log_softmax(fresh, -1)
         for k in self.ks:
             if self.step % k == 0:
-                self.cache[k] = fresh_anchor
+                self.cache[k] = (fresh_anchor, current)  # H0 and C0 (the paired fusion reads C0)
             for mode, runner in (("naive", self.naive), ("fusion", self.tadm)):
-                other = runner.denoise(current, self.cache[k], st)
+                other = runner.denoise(current, self.cache[k][0], st, anchor_current=self.cache[k][1])
                 log_o = F.log_softmax(other, -1)
                 self.kl[(k, mode)] = self.kl[(k, mode)] + (log_f.exp() * (log_f - log_o)).sum(-1).mean(-1)
                 self.agree[(k, mode)] = self.agree[(k, mode)] + (fresh.argmax(-1) == other.argmax(-1)).float().mean(-1)
