@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": {k: {kk: vv for kk, vv in v.items() if kk != "correct"} for k, v in runs.items()},
         "lora_minus_full": pairs,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": int(env["OMP_NUM_THREADS"]),
-                    "processes": "one run at a time", "python": sys.version.split()[0]},
+                    "processes": "one thread per training process; the methods ran side by side, one per core, on a machine shared with other jobs (load 2-5)", "python": sys.version.split()[0]},
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "command": "python -m benchmarks.lora_vs_full " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
