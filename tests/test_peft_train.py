@@ -190,3 +190,38 @@ def test_grpo_takes_the_peft_section_and_starts_from_a_lora_sft_run(lora_run, tm
     assert config["r"] == 2 and config["target_modules"] == ["q_proj"]
     meta = json.loads((out / "anchored_reasoning.json").read_text())
     assert meta["method"] == "acot" and meta["peft"]["base_model"] == str(lora_run)  # the SFT adapter, merged
+
+
+def test_grpo_from_python_with_a_lora_config_trains_the_new_token_rows(tmp_path):
+    """``AnchoredGRPOTrainer(..., peft_config=LoraConfig(...))``: the format's new rows train (TRL's own wrapping
+    would leave [ANT] & co. frozen at their initialisation), the base stays frozen."""
+    import tempfile
+
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from anchored_reasoning.methods import get_method
+    from anchored_reasoning.testing import train_tiny_tokenizer
+    from anchored_reasoning.train.pipelines.method_setup import prepare_for_method
+    from anchored_reasoning.train.trainers.grpo_trainer import AnchoredGRPOConfig, AnchoredGRPOTrainer
+
+    with tempfile.TemporaryDirectory() as d:
+        tok = train_tiny_tokenizer(d, texts=["Every wumpus is a tumpus."] * 20, vocab_size=300)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    method = get_method("acot", style="trained", k=2)
+    prepare_for_method(model, tok, method.added_tokens, method.added_token_inits)
+    new_ids = peft_setup.new_token_ids(tok, method.added_tokens)
+    args = AnchoredGRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                              max_completion_length=4, gamma=0.0)
+    trainer = AnchoredGRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                                  args=args, train_dataset=Dataset.from_list([{"prompt": "Every wumpus is"}] * 4),
+                                  processing_class=tok, peft_config=LoraConfig(r=2, target_modules=["q_proj"],
+                                                                               task_type="CAUSAL_LM"),
+                                  added_tokens=method.added_tokens)
+    config = trainer.model.peft_config["default"]
+    assert sorted(config.trainable_token_indices["model.embed_tokens"]) == new_ids and len(new_ids) >= 5
+    trained = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert any("trainable_tokens" in n for n in trained) and any("lora_A" in n for n in trained)
+    assert not any(n.endswith("embed_tokens.base_layer.weight") or "q_proj.base_layer" in n for n in trained)

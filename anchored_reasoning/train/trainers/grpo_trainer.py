@@ -104,7 +104,21 @@ class AnchoredGRPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "anchored-cot"]
 
-    def __init__(self, *args, anchor_table: AnchorTable | None = None, **kwargs):
+    def __init__(self, *args, anchor_table: AnchorTable | None = None, added_tokens: Sequence[str] = (), **kwargs):
+        # A LoRA ``peft_config`` from Python is applied here, not by TRL, so the anchoring format's new token rows
+        # ([ANT], [EoR], ... and ``added_tokens``) train through ``trainable_token_indices`` as on the recipe path
+        # (TRL's own wrapping would leave them at their initialisation: the base embedding is frozen).
+        model = kwargs["model"] if "model" in kwargs else (args[0] if args else None)
+        tokenizer = kwargs.get("processing_class")
+        if kwargs.get("peft_config") is not None and isinstance(model, torch.nn.Module) and tokenizer is not None:
+            from anchored_reasoning.train import peft_setup
+
+            seed = int(getattr(kwargs.get("args"), "seed", 0) or 0)
+            model = peft_setup.wrap(model, kwargs.pop("peft_config"), tokenizer, added_tokens, seed=seed)
+            if "model" in kwargs:
+                kwargs["model"] = model
+            else:
+                args = (model, *args[1:])
         super().__init__(*args, **kwargs)
         self.anchor_table = anchor_table
         self.compute_loss_calls = 0
