@@ -1,7 +1,8 @@
 """Checkpoints along the way, and resuming a run by rerunning its command. Shared by every trainer.
 
-Longer than ~400 lines on purpose: finding, validating, setting aside and restoring checkpoints
-share one notion of a usable checkpoint; the file-level checks live in train/checkpoint_files.py.
+The file-level checks of a checkpoint live in train/checkpoint_files.py; the run's recorded recipe
+(``run_config.json``: comparing a rerun with it, extending a run, the save defaults) in
+train/run_config.py. This module re-exports the names of both that trainers use.
 
 The checkpoints are the transformers Trainer's own ``<output_dir>/checkpoint-<step>`` folders (model,
 optimizer, scheduler, RNG, ``trainer_state.json``), written by ``save_strategy: steps`` every
@@ -26,7 +27,7 @@ trainer such as GRPO should too)::
 
 :func:`plan_resume` writes the resolved recipe to ``<output_dir>/run_config.json``; a rerun whose
 recipe differs (outside :data:`VOLATILE_KEYS`) is refused with a :class:`ResumeError` naming each key
-(the eval runner's :func:`~anchored_reasoning.eval.runner.diff_settings`). The newest checkpoint is
+(:func:`~anchored_reasoning.train.run_config.check_run_config`). The newest checkpoint is
 checked before use (:func:`~anchored_reasoning.train.checkpoint_files.checkpoint_problem`): one cut short by a kill during its save is moved
 aside to ``incomplete-checkpoint-<step>`` (never deleted) with a warning, and the previous one is
 used. Checkpoints that an earlier session saved but that are all gone or broken are an error, never
@@ -34,7 +35,6 @@ a silent restart from step 0. See docs/checkpoints.md.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os
@@ -48,51 +48,32 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from anchored_reasoning.errors import ResumeError
-from anchored_reasoning.files import atomic_write
 from anchored_reasoning.train.checkpoint_files import (  # noqa: F401 - part of this module's API
     TRAINER_STATE,
     checkpoint_problem,
     list_checkpoints,
     newest_good_checkpoint,
 )
+from anchored_reasoning.train.run_config import (  # noqa: F401 - part of this module's API
+    RUN_CONFIG,
+    SAVE_DEFAULTS,
+    STEP_FREE_SCHEDULES,
+    VOLATILE_KEYS,
+    check_run_config,
+    examples_fingerprint,
+    extension_problem,
+    identity,
+    update_run_config,
+    utc_now,
+    with_save_defaults,
+    write_run_config,
+)
 
 logger = logging.getLogger(__name__)
-
-RUN_CONFIG = "run_config.json"
-#: Recipe defaults for saving (a recipe's own ``training`` values win).
-SAVE_DEFAULTS: dict[str, Any] = {
-    "save_strategy": "steps",
-    "save_steps": 500,
-    "save_total_limit": 2,
-    "save_every_minutes": 30.0,
-}
-#: Recipe keys a rerun may change without being refused: where and how often it saves and logs.
-VOLATILE_KEYS = frozenset({
-    "output_dir", "description",
-    "training.save_strategy", "training.save_steps", "training.save_total_limit", "training.save_every_minutes",
-    "training.logging_steps", "training.disable_tqdm", "training.log_level", "training.report_to",
-    "training.dataloader_num_workers", "training.dataloader_pin_memory", "training.resume_from_checkpoint",
-    "training.extend_max_steps",
-})
-#: Learning-rate schedules whose first N steps do not depend on ``max_steps`` (a run may be extended).
-STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")
-
-
-def with_save_defaults(training: Mapping[str, Any]) -> dict[str, Any]:
-    """``training`` with :data:`SAVE_DEFAULTS` under it."""
-    return {**SAVE_DEFAULTS, **dict(training)}
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _is_main() -> bool:
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0) == 0
-
-
-def _atomic_json(path: Path, data: Any) -> None:
-    atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,101 +104,6 @@ class ResumePlan:
         if self.checkpoint is not None and (self.checkpoint / "tokenizer_config.json").is_file():
             return self.checkpoint
         return None
-
-
-def identity(recipe: Mapping[str, Any], *, examples: bool = True) -> dict[str, Any]:
-    """The recipe without internal (``_``) and :data:`VOLATILE_KEYS` entries; ``_examples`` (the
-    fingerprint of examples given in code) stays unless ``examples`` is false."""
-    def strip(node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-        out = {}
-        for key, value in node.items():
-            dotted = f"{prefix}{key}"
-            if (str(key).startswith("_") and not (examples and key == "_examples")) or dotted in VOLATILE_KEYS:
-                continue
-            out[key] = strip(value, dotted + ".") if isinstance(value, Mapping) else value
-        return out
-
-    return strip(json.loads(json.dumps(dict(recipe), default=str)), "")
-
-
-def examples_fingerprint(*splits) -> str:
-    """A short hash of examples handed to a trainer in code (their ids, questions, steps, answers), so
-    that a rerun on other examples is refused like a changed recipe."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for split in splits:
-        for ex in split:
-            digest.update(json.dumps([str(ex.id), ex.question, list(ex.steps or []), str(ex.answer)],
-                                     default=str).encode())
-        digest.update(b"|")
-    return digest.hexdigest()[:16]
-
-
-def check_run_config(output_dir: str | os.PathLike, recipe: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``run_config.json`` of an earlier run in ``output_dir`` (None if none); :class:`ResumeError`
-    naming every key where ``recipe`` differs from it, or when checkpoints exist without it. Writes
-    nothing (a trainer may call it before loading data, then :func:`plan_resume`)."""
-    from anchored_reasoning.eval.records import diff_settings
-
-    out = Path(output_dir)
-    config_path = out / RUN_CONFIG
-    if not config_path.is_file():
-        if list_checkpoints(out):
-            raise ResumeError(f"{out} holds checkpoint folders but no {RUN_CONFIG}; cannot tell what produced them. "
-                              "Use a new output_dir or delete the old checkpoints.")
-        return None
-    try:
-        old = json.loads(config_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ResumeError(f"{config_path} is unreadable ({exc}); use a new output_dir or delete {out}") from exc
-    with_examples = "_examples" in recipe
-    diffs = diff_settings(identity(old.get("recipe") or {}, examples=with_examples), identity(recipe, examples=with_examples))
-    if diffs and not (list_checkpoints(out) or old.get("completed_step")):
-        logger.warning("%s: an earlier run with other settings (%s) saved nothing; starting over with these",
-                       out, "; ".join(diffs))
-        return None
-    if diffs and (recipe.get("training") or {}).get("extend_max_steps"):
-        problem = extension_problem(old.get("recipe") or {}, recipe, diffs)
-        if problem:
-            raise ResumeError(f"{out}: cannot extend this run (training.extend_max_steps): {problem}")
-        logger.info("%s: extending the run from max_steps %s to %s", out,
-                    old["recipe"]["training"]["max_steps"], recipe["training"]["max_steps"])
-        return old
-    if diffs:
-        hint = ("\nTo train a finished run longer, add training.extend_max_steps=true (constant learning rate, "
-                "no curriculum; docs/checkpoints.md)." if [_key(d) for d in diffs] == ["training.max_steps"] else "")
-        raise ResumeError(
-            f"{out} holds a training run with different settings:\n  " + "\n  ".join(diffs)
-            + f"\nRerun with the same settings to resume it, or give a new output_dir (or delete {out}).{hint}")
-    return old
-
-
-def _key(diff_line: str) -> str:
-    return diff_line.split(":", 1)[0]
-
-
-def extension_problem(old: Mapping[str, Any], new: Mapping[str, Any], diffs: list[str]) -> str | None:
-    """Why a run recorded with recipe ``old`` cannot go on to ``new``'s larger ``max_steps`` as if it had
-    been started with it (None when it can): only ``training.max_steps`` may differ and must grow, and
-    nothing may depend on the run's length (the learning-rate schedule and warm-up, the curriculum's stages)."""
-    others = [d for d in diffs if _key(d) != "training.max_steps"]
-    if others:
-        return "only training.max_steps may change, and these differ too:\n  " + "\n  ".join(others)
-    t_old, t_new = old.get("training") or {}, new.get("training") or {}
-    before, after = t_old.get("max_steps"), t_new.get("max_steps")
-    if not (isinstance(before, int) and isinstance(after, int) and 0 < before < after):
-        return f"training.max_steps must grow from the run's {before!r}; asked for {after!r}"
-    schedule = t_new.get("lr_scheduler_type", "linear")
-    if schedule not in STEP_FREE_SCHEDULES:
-        return (f"lr_scheduler_type {schedule!r} depends on max_steps, so the first {before} steps of a "
-                f"{after}-step run differ from this run's; only {' or '.join(STEP_FREE_SCHEDULES)} can be extended")
-    warmup = t_new.get("warmup_steps") or 0
-    if t_new.get("warmup_ratio") or 0 < float(warmup) < 1:
-        return "a warm-up given as a share of the run (warmup_ratio) depends on max_steps; give warmup_steps in steps"
-    if t_new.get("curriculum"):
-        return "the curriculum's stages are shares of max_steps; a longer run would switch stages at other steps"
-    return None
 
 
 def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, trainer: str) -> ResumePlan:
@@ -282,22 +168,11 @@ def plan_resume(output_dir: str | os.PathLike, recipe: Mapping[str, Any], *, tra
         return plan
     if old is not None and checkpoint is None:
         logger.warning("%s: the earlier session saved no checkpoint; training starts at step 0", out)
-    sessions.append({"session": plan.session, "started": _now(), "resumed_from_step": plan.step,
+    sessions.append({"session": plan.session, "started": utc_now(), "resumed_from_step": plan.step,
                      **({"extended_from_max_steps": old["recipe"]["training"]["max_steps"]} if extending else {})})
     plan.run_config = {**(old or {}), "trainer": trainer, "recipe": recipe, "sessions": sessions,
-                       "created": (old or {}).get("created", _now())}
+                       "created": (old or {}).get("created", utc_now())}
     return plan
-
-
-def _update_run_config(output_dir: Path, **values: Any) -> None:
-    path = output_dir / RUN_CONFIG
-    if not path.is_file():
-        return
-    data = json.loads(path.read_text())
-    data.update(values)
-    if data.get("sessions"):
-        data["sessions"][-1].update({k: v for k, v in values.items() if k in ("last_checkpoint_step", "completed_step")})
-    _atomic_json(path, data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,7 +226,7 @@ class RunState(TrainerCallback, ExportableState):
     def on_save(self, args, state, control, **kwargs):
         self._last_save = time.monotonic()
         if state.is_world_process_zero and self.plan is not None:
-            _update_run_config(self.plan.output_dir, last_checkpoint_step=state.global_step)
+            update_run_config(self.plan.output_dir, last_checkpoint_step=state.global_step)
         return control
 
 
@@ -406,7 +281,7 @@ def train(trainer, plan: ResumePlan) -> None:
 
     if trainer.is_world_process_zero() and plan.run_config:
         plan.output_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_json(plan.output_dir / RUN_CONFIG, plan.run_config)
+        write_run_config(plan.output_dir, plan.run_config)
     with console_logging(plan.output_dir):
         if plan.checkpoint is None:
             trainer.train()
@@ -459,4 +334,4 @@ def save_model(trainer, output_dir: str | os.PathLike) -> None:
 def mark_complete(plan: ResumePlan, trainer) -> None:
     """Record in ``run_config.json`` that the final model of this run is written."""
     if trainer.is_world_process_zero():
-        _update_run_config(plan.output_dir, completed_step=trainer.state.global_step, completed=_now())
+        update_run_config(plan.output_dir, completed_step=trainer.state.global_step, completed=utc_now())
