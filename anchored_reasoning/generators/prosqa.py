@@ -34,7 +34,7 @@ below, which are the entity and concept names seen in the published valid/test f
 
 This module names the concepts and writes the problems as text; steps 1-5 and the sizes
 (:class:`ProsQAConfig`, ``neg_depth``, the depth ladder) are in :mod:`anchored_reasoning.generators.prosqa_draw`,
-the graph searches in :mod:`anchored_reasoning.generators.prosqa_graph`; every name is importable from here.
+the graph searches in :mod:`anchored_reasoning.generators.prosqa_graph`; every public name is importable from here.
 """
 from __future__ import annotations
 
