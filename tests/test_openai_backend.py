@@ -310,6 +310,21 @@ def test_a_slow_answer_is_retried_with_a_longer_timeout():
         OpenAIBackend("m", base_url="http://127.0.0.1:1/v1", timeout_growth=0.5)
 
 
+def test_settings_changed_on_the_backend_reach_its_http_client():
+    # the backend forwards its request settings to the client that sends them (backends/openai_http.py)
+    def slow(method, path, body, headers):
+        time.sleep(0.3)
+        return echo_completion()(method, path, body, headers)
+
+    with FakeServer(slow) as srv:
+        b = make(srv, timeout=30.0, max_retries=0, backoff=0.0, server="openai")
+        b.timeout, b.timeout_growth = 0.05, 1.0
+        assert b.http.timeout == 0.05
+        with pytest.raises(BackendError, match=r"timed out after 0.05 s"):
+            b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))
+        assert b.stats is b.http.stats and b.stats.failures == 1
+
+
 def test_connection_refused_is_retried_then_reported():
     with FakeServer(echo_completion()) as srv:
         url = srv.base_url
