@@ -260,6 +260,20 @@ def test_a_curriculum_that_does_not_fit_the_budget_is_refused_before_training(gp
                           train_dataset=[example(i) for i in range(8)], method_options={"max_latent_stage": 3})
 
 
+def test_the_fit_check_reads_every_training_trace_not_a_prefix(gpt2, tmp_path):
+    # a mixture is stored in its sources' order: here 2,001 one-step traces, then one of three steps
+    model, tok = gpt2
+    data = [example(i, hops=1) for i in range(2001)] + [example(2001, hops=3)]
+    args = CoconutSFTConfig(output_dir=str(tmp_path), max_steps=20, curriculum=True, curriculum_schedule="fraction",
+                            curriculum_min_steps_per_stage=1)
+    trainer = CoconutSFTTrainer(model=model, args=args, processing_class=tok, method="coconut", task="prosqa",
+                                train_dataset=data, method_options={"max_latent_stage": 3})
+    assert trainer.coconut_check["longest_trace_steps"] == 3
+    with pytest.raises(ConfigError, match=r"max_latent_stage=4 .* longest training trace has 3 steps"):
+        CoconutSFTTrainer(model=model, args=args, processing_class=tok, method="coconut", task="prosqa",
+                          train_dataset=data, method_options={"max_latent_stage": 4})
+
+
 def test_training_walks_the_stages_resets_the_optimizer_and_saves_the_format(gpt2, tmp_path):
     import copy
     import json

@@ -69,8 +69,11 @@ class CoconutSFTTrainer(AnchoredSFTTrainer):
         self.latent_passes = 0
         method = self.method if self.method is not None else getattr(self.data_collator, "method", None)
         if hasattr(method, "render_at") and self.train_dataset is not None:
-            rows = [self.train_dataset[i] for i in range(min(len(self.train_dataset), 2000))]
-            examples = [row_to_example(r) for r in rows if "example" in r]
+            # every row: a mixture is stored in its sources' order (2-hop problems first), so a prefix would
+            # judge max_latent_stage by the shortest traces only
+            names = getattr(self.train_dataset, "column_names", None) or []
+            examples = [row_to_example({"example": e}) for e in self.train_dataset["example"]] \
+                if "example" in names else []
             if examples:  # stages and c against the traces and the model's positions, before training
                 positions = getattr(self.model.config, "n_positions", None) or getattr(
                     self.model.config, "max_position_embeddings", None)
