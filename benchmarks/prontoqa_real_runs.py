@@ -19,6 +19,9 @@ the seed-pooled paired difference from the label's CoT (exact McNemar over (seed
 
     bash benchmarks/recipe_grid.sh runs/pq_gpu
     python -m benchmarks.prontoqa_real_runs --label gpu $(printf -- '--run %s ' runs/pq_gpu/*/)
+
+A run of another method beside such a grid (same recipe, data and seed) is paired with the grid's runs of its
+seed by ``--pair-with <label>`` (e.g. a CPU Coconut run against the GPU grid's pause, ACoT, stepwise, No-CoT).
 """
 from __future__ import annotations
 
@@ -115,12 +118,28 @@ def pair_within(results: dict[str, Any], label: str) -> dict[str, Any]:
     return summary
 
 
+def pair_with_grid(entry: dict[str, Any], results: dict[str, Any], label: str) -> int:
+    """Pairs ``entry`` (in place) with every run of the grid ``label`` of its seed (another method, or the
+    same method with or without a curriculum): e.g. a CPU run of a method the GPU grid did not train, beside
+    that grid's runs of the same recipe, data and seed. Returns how many pairs were added."""
+    added = 0
+    for e in results.values():
+        if (isinstance(e, dict) and e.get("label") == label and e.get("seed") == entry["seed"] and e.get("_correct")
+                and e is not entry and group_key(e) != group_key(entry)):
+            entry["paired"][f"{entry['method']} - {group_key(e)} (seed {entry['seed']})"] = _pair(
+                entry["seed"], entry["_correct"], e["_correct"])
+            added += 1
+    return added
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", action="append", required=True, help="a finished prontoqa_real_cpu run folder (repeat)")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--machine-note", default=None)
     p.add_argument("--label", default=None, help="one name for a grid of runs (e.g. gpu): keys, pairing within it, summary")
+    p.add_argument("--pair-with", default=None, metavar="LABEL",
+                   help="also pair each run with the runs of this grid label (e.g. gpu) of its seed")
     a = p.parse_args(argv)
     from anchored_reasoning.machine import machine_info
 
@@ -132,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         entry["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         entry["machine"] = machine_info(note=a.machine_note)
         entry["command"] = "python -m benchmarks.prontoqa_real_runs " + " ".join(sys.argv[1:] if argv is None else argv)
+        if a.pair_with and not pair_with_grid(entry, results, a.pair_with):
+            raise SystemExit(f"--pair-with {a.pair_with}: no run of that label has seed {entry['seed']} in {out}")
         results[entry_key(entry)] = entry
         print(json.dumps({k: entry[k] for k in ("method", "seed", "real_test")}, default=str)[:400])
     if a.label:

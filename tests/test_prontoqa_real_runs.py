@@ -60,3 +60,19 @@ def test_a_labelled_grid_is_keyed_apart_paired_within_and_summarised(tmp_path):
     (pair,) = results["pause_curriculum_g_s1"]["paired"].values()  # with its seed's CoT; no anchor_chain in the grid
     assert pair["only_second_right"] == 200 and pair["seeds_paired"] == [1]
     assert "minus_cot" not in summary["cot_g"]
+
+
+def test_a_run_is_paired_with_another_grids_runs_of_its_seed(tmp_path):
+    grid = {"pause_curriculum_g_s0": {"method": "pause", "curriculum": True, "label": "g", "seed": 0,
+                                      "_correct": {f"t{i}": int(i < 300) for i in range(800)}},
+            "cot_g_s1": {"method": "cot", "label": "g", "seed": 1, "_correct": {f"t{i}": 1 for i in range(800)}},
+            "summary": {"g": {}}}
+    entry = prontoqa_real_runs.grade_run(_run(tmp_path, right=400), {})  # a pause run without a curriculum, seed 0
+    assert prontoqa_real_runs.pair_with_grid(entry, grid, "g") == 1  # seed 1's CoT is not paired
+    pair = entry["paired"]["pause - pause_curriculum_g (seed 0)"]
+    assert pair["only_this_right"] == 100 and pair["only_second_right"] == 0 and pair["diff"] == 0.125
+    assert prontoqa_real_runs.pair_with_grid(entry, grid, "other") == 0
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps(grid))
+    with pytest.raises(SystemExit, match="no run of that label has seed 0"):
+        prontoqa_real_runs.main(["--run", str(tmp_path / "run"), "--out", str(out), "--pair-with", "nolabel"])
