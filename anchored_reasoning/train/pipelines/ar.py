@@ -156,7 +156,7 @@ def grader_for(task_name: str | None):
 
 
 class ARPipeline(Pipeline):
-    """The ``ar`` kind's hooks on the run skeleton (:mod:`.pipeline`). ``train_examples``: examples given
+    """The ``ar`` kind's hooks on the run skeleton (:mod:`.skeleton`). ``train_examples``: examples given
     (:func:`run_with_examples`) instead of the recipe's ``data`` section."""
 
     kind = "ar"

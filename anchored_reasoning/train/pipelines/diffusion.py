@@ -222,7 +222,7 @@ def saved_meta(run: Run, arch: str) -> dict[str, Any]:
 
 
 class DiffusionPipeline(Pipeline):
-    """The ``diffusion`` kind's hooks on the run skeleton (:mod:`.pipeline`)."""
+    """The ``diffusion`` kind's hooks on the run skeleton (:mod:`.skeleton`)."""
 
     kind = "diffusion"
 

@@ -168,7 +168,7 @@ class Plan:
 
 
 class GRPOPipeline(Pipeline):
-    """The ``grpo`` kind's hooks on the run skeleton (:mod:`.pipeline`). The start checkpoint's metadata
+    """The ``grpo`` kind's hooks on the run skeleton (:mod:`.skeleton`). The start checkpoint's metadata
     picks the config class (diffusion or causal LM) and the prompting; every bad key or row fails before
     any model loads."""
 

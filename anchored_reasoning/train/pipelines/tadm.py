@@ -126,7 +126,7 @@ def build_model(model_cfg: Mapping[str, Any], tokenizer, seed: int, objective: s
 
 
 class TADMPipeline(Pipeline):
-    """The ``tadm`` kind's hooks on the run skeleton (:mod:`.pipeline`)."""
+    """The ``tadm`` kind's hooks on the run skeleton (:mod:`.skeleton`)."""
 
     kind = "tadm"
 
