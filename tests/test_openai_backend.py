@@ -127,6 +127,17 @@ def echo_completion(n_default: int = 1, honour_n: bool = True, with_token_ids: b
     return handler
 
 
+def slow_completion(seconds: float):
+    """A handler that answers as :func:`echo_completion` does, after ``seconds``."""
+    answer = echo_completion()
+
+    def handler(method, path, body, headers):
+        time.sleep(seconds)
+        return answer(method, path, body, headers)
+
+    return handler
+
+
 def make(srv: FakeServer, **kw) -> OpenAIBackend:
     kw.setdefault("backoff", 0.01)
     kw.setdefault("max_backoff", 0.05)
@@ -275,10 +286,7 @@ def test_client_errors_are_not_retried():
 
 
 def test_timeouts_are_retried_then_reported():
-    def hang(method, path, body, headers):
-        time.sleep(0.5)
-        return echo_completion()(method, path, body, headers)
-
+    hang = slow_completion(0.5)
     with FakeServer(hang) as srv:
         b = make(srv, timeout=0.1, max_retries=1, server="openai")
         t0 = time.monotonic()
@@ -290,10 +298,7 @@ def test_timeouts_are_retried_then_reported():
 
 def test_a_slow_answer_is_retried_with_a_longer_timeout():
     # the server takes 0.35 s: 0.1 s and 0.2 s time out, the third attempt waits 0.4 s and gets it
-    def slow(method, path, body, headers):
-        time.sleep(0.35)
-        return echo_completion()(method, path, body, headers)
-
+    slow = slow_completion(0.35)
     with FakeServer(slow) as srv:
         b = make(srv, timeout=0.1, max_retries=2, backoff=0.0, server="openai")
         out = b.generate([Prompt("q a")], SamplingSpec(max_new_tokens=2))
@@ -312,10 +317,7 @@ def test_a_slow_answer_is_retried_with_a_longer_timeout():
 
 def test_settings_changed_on_the_backend_reach_its_http_client():
     # the backend forwards its request settings to the client that sends them (backends/openai_http.py)
-    def slow(method, path, body, headers):
-        time.sleep(0.3)
-        return echo_completion()(method, path, body, headers)
-
+    slow = slow_completion(0.3)
     with FakeServer(slow) as srv:
         b = make(srv, timeout=30.0, max_retries=0, backoff=0.0, server="openai")
         b.timeout, b.timeout_growth = 0.05, 1.0
