@@ -205,17 +205,39 @@ def summarize(rows: list[dict[str, Any]], correct: dict[str, bool] | None) -> di
     return summary
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    import torch
+def load_checkpoint(path: str, accepts, what: str):
+    """(meta, method, tokenizer, model) of a ladder checkpoint whose ``anchored_reasoning.json`` ``accepts``;
+    otherwise exits naming ``what`` it should have been."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import anchored_reasoning.models  # noqa: F401  (registers shift-gpt2)
     from anchored_reasoning.checkpoints import read_checkpoint_meta
-    from anchored_reasoning.eval.records import load_records
-    from anchored_reasoning.machine import machine_info
     from anchored_reasoning.methods import get_method
+
+    meta = read_checkpoint_meta(path)
+    if not meta or not accepts(meta):
+        raise SystemExit(f"{path}: not {what} (anchored_reasoning.json says {meta and meta.get('method')!r})")
+    method = get_method(meta["method"], style=meta.get("style", "trained"), **meta.get("method_options", {}))
+    return meta, method, AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
+
+
+def write_readings(args, results: dict[str, Any], t0: float, module: str) -> None:
+    """The JSON of a readings script: its runs, the ladder setup, machine, date, command and wall time."""
+    from anchored_reasoning.machine import machine_info
+
+    out = {"runs": results, "setup": {"hops": args.hops, "eval_n_per_depth": args.eval_n, "train_n": args.train_n},
+           "machine": {**machine_info(), "note": f"{args.threads} thread(s)"}, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "command": f"python -m {module} " + " ".join(sys.argv[1:]), "wall_seconds": round(time.monotonic() - t0, 1)}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    import torch
+
+    from anchored_reasoning.eval.records import load_records
 
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
@@ -223,12 +245,7 @@ def main(argv=None) -> int:
     results: dict[str, Any] = {}
     for spec in args.run:
         label, _, path = spec.partition("=")
-        meta = read_checkpoint_meta(path)
-        if not meta or not meta.get("method", "").startswith("acot"):
-            raise SystemExit(f"{path}: not an ACoT checkpoint (anchored_reasoning.json says {meta and meta.get('method')!r})")
-        method = get_method(meta["method"], style=meta.get("style", "trained"), **meta.get("method_options", {}))
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        meta, method, tok, model = load_checkpoint(path, lambda m: m.get("method", "").startswith("acot"), "an ACoT checkpoint")
         records = Path(path).parent / "eval_generated" / "records.jsonl"
         correct = {r["id"]: bool(r["correct"]) for r in load_records(records)} if records.is_file() else None
         rows = slot_readings(model, tok, method, held, hops, generate=args.generate)
@@ -236,11 +253,7 @@ def main(argv=None) -> int:
                           "by_hops": summarize(rows, correct), "_rows": rows}
         log.info("%s: %s", label, json.dumps({h: {"slots": [s["share"].get("right", 0.0) for s in v["slots"]],
                                                    "forced": v["forced_choice"], "greedy": v.get("greedy_recomputed")} for h, v in results[label]["by_hops"].items()}))
-    out = {"runs": results, "setup": {"hops": args.hops, "eval_n_per_depth": args.eval_n, "train_n": args.train_n},
-           "machine": {**machine_info(), "note": f"{args.threads} thread(s)"}, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "command": "python -m research.ladder.acot_slots " + " ".join(sys.argv[1:]), "wall_seconds": round(time.monotonic() - t0, 1)}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    write_readings(args, results, t0, "research.ladder.acot_slots")
     return 0
 
 

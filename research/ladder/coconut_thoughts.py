@@ -25,14 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 from benchmarks.depth_ladder import ladder_problems  # (the ladder's own problems)
-from research.ladder.acot_slots import concept_roles, wrong_option
+from research.ladder.acot_slots import concept_roles, load_checkpoint, write_readings, wrong_option
 
 log = logging.getLogger("coconut_thoughts")
 MODES = ("intact", "constant", "donor")
@@ -147,12 +145,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    import anchored_reasoning.models  # noqa: F401  (registers shift-gpt2)
-    from anchored_reasoning.checkpoints import read_checkpoint_meta
-    from anchored_reasoning.machine import machine_info
-    from anchored_reasoning.methods import get_method
 
     torch.set_num_threads(args.threads)
     t0 = time.monotonic()
@@ -160,23 +152,14 @@ def main(argv=None) -> int:
     results: dict[str, Any] = {}
     for spec in args.run:
         label, _, path = spec.partition("=")
-        meta = read_checkpoint_meta(path)
-        if not meta or meta.get("method") != "coconut" or (meta.get("method_options") or {}).get("thought", "latent") != "latent":
-            raise SystemExit(f"{path}: not a Coconut checkpoint with continuous thoughts "
-                             f"(anchored_reasoning.json says {meta and meta.get('method')!r})")
-        method = get_method("coconut", style=meta.get("style", "trained"), **meta.get("method_options", {}))
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        meta, method, tok, model = load_checkpoint(
+            path, lambda m: m.get("method") == "coconut" and (m.get("method_options") or {}).get("thought", "latent") == "latent",
+            "a Coconut checkpoint with continuous thoughts")
         rows = readings(model, tok, method, held, hops)
         results[label] = {"checkpoint": path, "method_options": meta.get("method_options"),
                           "by_hops": summarize(rows), "_rows": rows}
         log.info("%s: %s", label, json.dumps({h: v["forced_choice"] for h, v in results[label]["by_hops"].items()}))
-    out = {"runs": results, "setup": {"hops": args.hops, "eval_n_per_depth": args.eval_n, "train_n": args.train_n},
-           "machine": {**machine_info(), "note": f"{args.threads} thread(s)"}, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "command": "python -m research.ladder.coconut_thoughts " + " ".join(sys.argv[1:]),
-           "wall_seconds": round(time.monotonic() - t0, 1)}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    write_readings(args, results, t0, "research.ladder.coconut_thoughts")
     return 0
 
 
